@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages nibble builds with, if any are missing. Nothing else is
+# downloaded: no vendored code, no fetches at build time. Runs as root or through sudo.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev libpcre2-dev libopenblas-dev
+  clang libclang-rt-14-dev            # libFuzzer targets and sanitizers
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Node.js runs the reference tokenizers and Jinja for tests; any install that provides npm will do.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+export DEBIAN_FRONTEND=noninteractive
+if ! $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+  $sudo_cmd apt-get update -q
+  $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

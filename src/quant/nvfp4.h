@@ -1,0 +1,61 @@
+#pragma once
+// NVFP4 (as nibble stores it in the KV cache): blocks of 16 consecutive elements of one head
+// vector; each element an E2M1 code, each block one E4M3 scale s, and a float32 global multiplier g
+// per layer and per K/V (g = 1 is SGLang's recipe). The exact order of operations, all float32:
+//
+//   t   = amax / 6
+//   s   = e4m3(t / g)                      block scale, round to nearest even, saturating
+//   if float(s) == 0: every code is 0      (the block is all zero)
+//   q_i = e2m1(x_i / (float(s) * g))       a true, correctly rounded division
+//   x̂_i = q_i * float(s) * g               multiplied left to right
+//
+// Packing: two codes per byte, element 2i in the low nibble, 2i+1 in the high nibble.
+// Non-finite input: a NaN anywhere in a block makes its scale the E4M3 NaN (0x7F), so all 16
+// elements decode to NaN; ±Inf gives amax = Inf, the scale saturates to 448 and the Inf element
+// to ±6·448·g (the other elements of that block quantize against that scale).
+#include <cstdint>
+
+#include "quant/bits.h"
+#include "quant/e2m1.h"
+#include "quant/e4m3.h"
+
+namespace nibble::quant {
+
+inline constexpr int kNvfp4Block = 16;                 // elements per block scale
+inline constexpr int kNvfp4BlockBytes = kNvfp4Block / 2;  // packed codes per block
+
+// Block scale for one block of 16; NaN-propagating amax.
+NIBBLE_HD uint8_t nvfp4_block_scale(const float* x, float global_scale) {
+  float amax = 0.0f;
+  for (int i = 0; i < kNvfp4Block; ++i) amax = amax_nan(amax, x[i]);
+  const float t = amax / 6.0f;
+  return e4m3_from_f32(t / global_scale);
+}
+
+// x: [16] float32 -> packed: [8] bytes, returns the block's E4M3 scale.
+NIBBLE_HD uint8_t nvfp4_quantize_block(const float* x, float global_scale, uint8_t* packed) {
+  const uint8_t scale = nvfp4_block_scale(x, global_scale);
+  const float s = f32_from_e4m3(scale);
+  if (s == 0.0f || is_nan(s)) {  // zero block, or NaN kept in the scale
+    for (int i = 0; i < kNvfp4BlockBytes; ++i) packed[i] = 0;
+    return scale;
+  }
+  const float denom = s * global_scale;
+  for (int i = 0; i < kNvfp4BlockBytes; ++i) {
+    const uint8_t lo = e2m1_from_f32(x[2 * i] / denom);
+    const uint8_t hi = e2m1_from_f32(x[2 * i + 1] / denom);
+    packed[i] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+  return scale;
+}
+
+// packed: [8] bytes + scale -> out: [16] float32.
+NIBBLE_HD void nvfp4_dequantize_block(const uint8_t* packed, uint8_t scale, float global_scale, float* out) {
+  const float s = f32_from_e4m3(scale);
+  for (int i = 0; i < kNvfp4BlockBytes; ++i) {
+    out[2 * i] = f32_from_e2m1(packed[i] & 0xF) * s * global_scale;
+    out[2 * i + 1] = f32_from_e2m1(packed[i] >> 4) * s * global_scale;
+  }
+}
+
+}  // namespace nibble::quant
