@@ -1,5 +1,6 @@
 #include "cache/page_layout.h"
 
+#include "cache/kv_accounting.h"
 #include "common/error.h"
 
 namespace nibble::cache {
@@ -49,9 +50,7 @@ PageLayout::PageLayout(KvGeometry geometry, quant::KvDtype dtype, int64_t page_s
 }
 
 int64_t PageLayout::bytes_per_token_per_layer() const {
-  const quant::KvFormat fmt = quant::kv_format(dtype_);
-  return geometry_.kv_heads *
-         (quant::head_vector_bytes(fmt.k, geometry_.head_dim) + quant::head_vector_bytes(fmt.v, geometry_.head_dim));
+  return kv_bytes_per_token_per_layer(dtype_, geometry_.kv_heads, geometry_.head_dim);
 }
 
 }  // namespace nibble::cache

@@ -216,25 +216,23 @@ NpyArray parse_npy(std::span<const uint8_t> bytes) {
                "Fortran-order (column-major) .npy arrays are not supported; save a C-order array "
                "(numpy.ascontiguousarray)");
 
-  // Data: exactly prod(shape) float32 values. Bound the product by the bytes present before
-  // multiplying further, so it cannot overflow.
+  // Data: exactly prod(shape) float32 values; the product is computed with overflow checks.
   const std::vector<int64_t>& shape = *header.shape;
   const size_t data_start = header_start + header_bytes;
   const uint64_t data_bytes = bytes.size() - data_start;
-  const uint64_t max_elements = data_bytes / sizeof(float);
   bool has_zero_dim = false;
   for (int64_t d : shape) has_zero_dim |= d == 0;
-  uint64_t numel = has_zero_dim ? 0 : 1;
+  uint64_t numel = has_zero_dim ? 0 : 1, needed_bytes = 0;
+  bool overflow = false;
   for (size_t i = 0; i < shape.size() && !has_zero_dim; ++i) {
-    const auto d = static_cast<uint64_t>(shape[i]);
-    NIBBLE_CHECK(numel <= max_elements / d,
-                 "truncated .npy data: shape {} needs more than the {} data bytes present", shape_text(shape),
-                 data_bytes);
-    numel *= d;
+    overflow |= __builtin_mul_overflow(numel, static_cast<uint64_t>(shape[i]), &numel);
   }
-  NIBBLE_CHECK(numel * sizeof(float) == data_bytes, "{} .npy data: shape {} needs {} bytes of float32, found {}",
-               numel * sizeof(float) > data_bytes ? "truncated" : "trailing bytes after the", shape_text(shape),
-               numel * sizeof(float), data_bytes);
+  overflow |= __builtin_mul_overflow(numel, uint64_t{sizeof(float)}, &needed_bytes);
+  NIBBLE_CHECK(!overflow, "truncated .npy data: shape {} needs more than 2^64 bytes of float32, found {}",
+               shape_text(shape), data_bytes);
+  NIBBLE_CHECK(needed_bytes == data_bytes, "{} .npy data: shape {} needs {} bytes of float32, found {}",
+               needed_bytes > data_bytes ? "truncated" : "trailing bytes after the", shape_text(shape), needed_bytes,
+               data_bytes);
 
   NpyArray array{.shape = shape, .data = std::vector<float>(numel)};
   if (numel > 0) std::memcpy(array.data.data(), bytes.data() + data_start, numel * sizeof(float));
@@ -262,12 +260,14 @@ std::vector<uint8_t> serialize_npy(std::span<const int64_t> shape, std::span<con
   NIBBLE_CHECK(static_cast<int>(shape.size()) <= kNpyMaxDims, "a .npy array has at most {} dimensions, got {}",
                kNpyMaxDims, shape.size());
   uint64_t numel = 1;
+  bool overflow = false;
   for (int64_t d : shape) {
     NIBBLE_CHECK(d >= 0, "negative dimension {} in shape {}", d, shape_text(shape));
-    NIBBLE_CHECK(d == 0 || numel <= data.size() / static_cast<uint64_t>(d),
-                 "shape {} holds more elements than the {} given", shape_text(shape), data.size());
-    numel *= static_cast<uint64_t>(d);
+    overflow |= __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel);
   }
+  for (int64_t d : shape) overflow &= d != 0;  // a zero dimension makes the product 0 after all
+  NIBBLE_CHECK(!overflow, "shape {} holds more than 2^64 elements, not the {} given", shape_text(shape),
+               data.size());
   NIBBLE_CHECK(numel == data.size(), "shape {} holds {} elements but {} were given", shape_text(shape), numel,
                data.size());
 

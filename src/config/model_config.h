@@ -95,7 +95,7 @@ struct ModelConfig {
   std::vector<LayerKind> layer_kinds;             // size num_layers
   std::optional<LinearAttentionGeometry> linear;  // set when any layer is linear attention
   // Element type of the linear-attention recurrent state: config's mamba_ssm_dtype (Qwen3.5 configs
-  // say "float32"), else float32. The conv state is kept in torch_dtype, as vLLM and SGLang do.
+  // say "float32"), else float32. The conv state is kept in torch_dtype.
   WeightDtype linear_state_dtype = WeightDtype::kF32;
   std::optional<MoeGeometry> moe;
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One command on the GPU machine: configure + build with the CUDA backend, run the GPU test suite,
+# compute-sanitizer memcheck and racecheck on a smaller sweep, the decode/write benchmark and the
+# torch SDPA baseline. Logs go to ${OUT:-/tmp/out}. Exits non-zero if the build or a test fails
+# (the benchmarks still run after a test failure, so one call gives all the evidence).
+#
+#   scripts/gpu_check.sh                 # from the repository root
+#   NIBBLE_DEPS_PREFIX=/path/to/prefix   # extra CMake prefix path (fmt, CLI11, nlohmann_json, GTest)
+#   NIBBLE_BUILD_DIR=build-gpu NIBBLE_BENCH_ARGS=--quick JOBS=16
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${OUT:-/tmp/out}"
+BUILD="${NIBBLE_BUILD_DIR:-$ROOT/build-gpu}"
+JOBS="${JOBS:-$(nproc)}"
+mkdir -p "$OUT"
+status=0
+log() { echo "[gpu_check] $*" | tee -a "$OUT/summary.txt"; }
+
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || log "nvidia-smi failed (no GPU?)"
+cmake_args=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON)
+[[ -n "${NIBBLE_DEPS_PREFIX:-}" ]] && cmake_args+=("-DCMAKE_PREFIX_PATH=${NIBBLE_DEPS_PREFIX}")
+command -v ninja > /dev/null || cmake_args[5]="Unix Makefiles"
+if ! cmake "${cmake_args[@]}" > "$OUT/configure.log" 2>&1; then
+  log "configure FAILED (see configure.log)"; tail -30 "$OUT/configure.log"; exit 1
+fi
+targets=(test_cuda_kv_write test_cuda_decode_attention test_cuda_decode_plan bench_decode_attention)
+if ! cmake --build "$BUILD" --target "${targets[@]}" -j "$JOBS" > "$OUT/build.log" 2>&1; then
+  log "build FAILED (see build.log)"; grep -E "error" "$OUT/build.log" | head -30; exit 1
+fi
+log "build OK"
+
+if (cd "$BUILD" && ctest -L gpu --output-on-failure -j 1 --timeout 1800) > "$OUT/ctest_gpu.log" 2>&1; then
+  log "ctest -L gpu: PASSED ($(grep -Eo '[0-9]+% tests passed.*' "$OUT/ctest_gpu.log"))"
+else
+  status=1; log "ctest -L gpu: FAILED ($(grep -Eo '[0-9]+% tests passed.*' "$OUT/ctest_gpu.log"))"
+fi
+grep -c "Skipped" "$OUT/ctest_gpu.log" | xargs -I{} echo "[gpu_check] skipped tests: {}" | tee -a "$OUT/summary.txt"
+
+SAN=/usr/local/cuda/bin/compute-sanitizer
+command -v compute-sanitizer > /dev/null && SAN=compute-sanitizer
+small_decode='Formats/CudaDecodeSweep.*/nvfp4_d128_gqa4:Formats/CudaDecodeSweep.*/k8v4_d64_gqa8:Formats/CudaDecodeFormat.RotatedCacheRotatesQAndOutputInside/bf16'
+small_write='Sweep/CudaKvWrite.*/nvfp4_d128_rot_p16_inf32:Sweep/CudaKvWrite.*/k8v4_d256_norot_p64_inbf16'
+for tool in memcheck racecheck; do
+  ok=1
+  "$SAN" --tool "$tool" --error-exitcode 99 "$BUILD/tests/backend/cuda_attention/test_cuda_decode_attention" \
+    --gtest_filter="$small_decode" > "$OUT/sanitizer_${tool}_decode.log" 2>&1 || ok=0
+  "$SAN" --tool "$tool" --error-exitcode 99 "$BUILD/tests/backend/cuda_kv_write/test_cuda_kv_write" \
+    --gtest_filter="$small_write" > "$OUT/sanitizer_${tool}_write.log" 2>&1 || ok=0
+  if [[ $ok == 1 ]]; then log "compute-sanitizer $tool: clean"; else status=1; log "compute-sanitizer $tool: ERRORS (see sanitizer_${tool}_*.log)"; fi
+done
+
+"$BUILD/bench/decode_attention/bench_decode_attention" ${NIBBLE_BENCH_ARGS:-} --json "$OUT/bench_decode_attention.json" \
+  > "$OUT/bench_decode_attention.txt" 2>&1 || { status=1; log "bench_decode_attention FAILED"; }
+log "bench: $OUT/bench_decode_attention.txt"
+if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+  python3 "$ROOT/scripts/bench_torch_sdpa.py" ${NIBBLE_BENCH_ARGS:-} --json "$OUT/bench_torch_sdpa.json" \
+    > "$OUT/bench_torch_sdpa.txt" 2>&1 || log "torch SDPA baseline FAILED (see bench_torch_sdpa.txt)"
+else
+  log "torch with CUDA not available: SDPA baseline skipped"
+fi
+log "done, status $status; logs in $OUT"
+exit $status

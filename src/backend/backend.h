@@ -1,0 +1,113 @@
+#pragma once
+// The ops seam: everything the model's forward pass asks of a device. The forward pass
+// (model/transformer.h) is written only against this interface; cpu/ implements it in float32 as
+// the oracle, cuda/ on the GPU. Every op validates its shapes (expected vs actual in the message).
+//
+// Conventions shared by every backend:
+//   - activations are Tensor views [tokens, features] in the backend's memory, float32;
+//   - a step is planned once (plan()) and the PlannedStep is passed to every op of every layer;
+//   - the KV cache is the paged pool of cache/page_layout.h, reached through KvCacheView;
+//   - ops may run asynchronously; copy_to_host() waits for the results it copies.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "backend/step_plan.h"
+#include "backend/tensor.h"
+#include "cache/page_layout.h"
+#include "quant/kv_format.h"
+
+namespace nibble::backend {
+
+// The KV pool as the attention ops see it. The pool is num_pages × layout->page_bytes() bytes in the
+// backend's memory, page p at p · page_bytes (layout in cache/page_layout.h). The global scales g
+// are per full-attention layer (1.0 = SGLang's recipe); rotation applies to q, k and v.
+struct KvCacheView {
+  uint8_t* pool = nullptr;                      // [num_pages][page_bytes]
+  int64_t num_pages = 0;
+  const cache::PageLayout* layout = nullptr;
+  const cache::KvGlobalScales* scales = nullptr;  // k[layer], v[layer], host memory
+  quant::Rotation rotation = quant::Rotation::kNone;
+};
+
+// Geometry of one attention layer.
+struct AttentionShape {
+  int64_t num_heads = 0;     // query heads
+  int64_t num_kv_heads = 0;  // query head h reads KV head h / (num_heads / num_kv_heads)
+  int64_t head_dim = 0;
+  float scale = 0.0f;        // softmax scale, 1/sqrt(head_dim) for every supported model
+};
+
+// A step as a backend holds it after plan(): the host plan plus whatever the device needs.
+class PlannedStep {
+ public:
+  explicit PlannedStep(StepPlan plan) : plan_(std::move(plan)) {}
+  virtual ~PlannedStep() = default;
+  const StepPlan& host() const { return plan_; }
+
+ private:
+  StepPlan plan_;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // ---- memory ---------------------------------------------------------------------------------
+  virtual std::unique_ptr<Buffer> allocate(int64_t bytes) = 0;
+  virtual void copy_from_host(void* device_dst, const void* host_src, int64_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* device_src, int64_t bytes) = 0;
+  // Makes a float32 host weight matrix W [out, in] usable by matmul/embedding. `owner` receives the
+  // device copy when the backend needs one; the CPU backend borrows host_data (keep it alive).
+  virtual Matrix upload_matrix(const float* host_data, int64_t out_features, int64_t in_features,
+                               std::unique_ptr<Buffer>& owner) = 0;
+  virtual Vector upload_vector(const float* host_data, int64_t size, std::unique_ptr<Buffer>& owner) = 0;
+
+  // ---- the step plan --------------------------------------------------------------------------
+  virtual std::unique_ptr<PlannedStep> plan(const StepPlan& plan) = 0;
+
+  // ---- element-wise and dense ops ---------------------------------------------------------------
+  // out [total_tokens, hidden] = table[token_ids[row]]; table [vocab, hidden]. Throws on an id
+  // outside the vocabulary.
+  virtual void embedding(const PlannedStep& step, const Matrix& table, Tensor out) = 0;
+  // out [rows, n] = x / sqrt(mean(x²) + eps) * weight [n], per row. out may alias x. Per-head
+  // q/k norms pass the [tokens * heads, head_dim] view.
+  virtual void rms_norm(Tensor x, const Vector& weight, float eps, Tensor out) = 0;
+  // out [rows, out] = x [rows, in] @ W^T (+ bias [out] when bias.data). out must not alias x.
+  virtual void matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out) = 0;
+  // Rotary embedding in place, Hugging Face rotate-half convention: for i < head_dim/2 with
+  // angle = position · inv_freq[i]: (x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin, x_{i+d/2} cos + x_i sin).
+  // q [tokens, num_heads * head_dim], k [tokens, num_kv_heads * head_dim], inv_freq [head_dim / 2].
+  virtual void rope(const PlannedStep& step, Tensor q, Tensor k, int64_t head_dim, const Vector& inv_freq) = 0;
+  // out [rows, n] = silu(gate) * up (SwiGLU); out may alias gate or up.
+  virtual void silu_mul(Tensor gate, Tensor up, Tensor out) = 0;
+  // out = a + b, same shapes; out may alias a or b.
+  virtual void add(Tensor a, Tensor b, Tensor out) = 0;
+  // out [num_logit_rows, cols] = x rows plan.logit_rows.
+  virtual void gather_logit_rows(const PlannedStep& step, Tensor x, Tensor out) = 0;
+
+  // ---- the KV cache and attention ---------------------------------------------------------------
+  // Quantizes and stores the new tokens' K/V of full-attention layer `layer` (rotated first when
+  // cache.rotation is Hadamard): k, v [total_tokens, num_kv_heads * head_dim] (after RoPE).
+  virtual void kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor k, Tensor v) = 0;
+  // out [total_tokens, num_heads * head_dim] = causal attention of q [total_tokens, num_heads *
+  // head_dim] per sequence, along each sequence's AttentionPath: the cached prefix is read from the
+  // quantized pages (dequantized inside the loop, never to a prefix-sized buffer), the chunk's own
+  // K/V from k, v [total_tokens, num_kv_heads * head_dim]. kv_write of this layer must run first
+  // (decode reads its own new token from the pages).
+  virtual void attention(const PlannedStep& step, const KvCacheView& cache, int64_t layer,
+                         const AttentionShape& shape, Tensor q, Tensor k, Tensor v, Tensor out) = 0;
+};
+
+// "cpu" (always) or "cuda" (when built with the CUDA backend). num_threads 0 = one per core.
+struct BackendOptions {
+  std::string device = "cpu";
+  int num_threads = 0;
+};
+// Throws nibble::Error for an unknown device name or "cuda" in a build without the CUDA backend.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+
+}  // namespace nibble::backend

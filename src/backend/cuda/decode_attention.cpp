@@ -1,0 +1,137 @@
+// Host entry point of paged decode attention (compiled by the C++ compiler): validate, pick the kernel for the format pair,
+// head_dim and group tile, launch it, then the split-KV reduce when the plan splits a sequence.
+#include "backend/cuda/decode_attention.h"
+
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_kernel_args.h"
+#include "common/error.h"
+
+namespace nibble::cuda {
+
+
+
+int64_t decode_group_chunks(int64_t num_q_heads, int64_t num_kv_heads) {
+  NIBBLE_CHECK(num_kv_heads > 0 && num_q_heads > 0 && num_q_heads % num_kv_heads == 0,
+               "decode attention: num_q_heads ({}) must be a positive multiple of num_kv_heads ({})", num_q_heads,
+               num_kv_heads);
+  const int64_t group = num_q_heads / num_kv_heads;
+  return (group + detail::kMaxGroupPerBlock - 1) / detail::kMaxGroupPerBlock;
+}
+
+int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {
+  return plan.max_splits > 1 ? static_cast<int64_t>(plan.num_work) * num_q_heads * head_dim : 0;
+}
+
+namespace {
+
+void validate_part(const cache::KvPartLayout& part, const char* which, int64_t page_bytes) {
+  NIBBLE_CHECK(part.head_dim == 64 || part.head_dim == 128 || part.head_dim == 256,
+               "decode attention: {} head_dim must be 64, 128 or 256 on CUDA, got {}", which, part.head_dim);
+  NIBBLE_CHECK(part.kv_heads > 0, "decode attention: {} kv_heads must be > 0, got {}", which, part.kv_heads);
+  NIBBLE_CHECK(part.page_size > 0 && part.page_size % 16 == 0,
+               "decode attention: page_size must be a positive multiple of 16 on CUDA, got {}", part.page_size);
+  NIBBLE_CHECK(part.data_row_bytes == quant::data_bytes(part.format, part.head_dim) &&
+                   part.scale_row_bytes == quant::scale_bytes(part.format, part.head_dim),
+               "decode attention: {} row bytes: expected data {} scales {}, got {} and {}", which,
+               quant::data_bytes(part.format, part.head_dim), quant::scale_bytes(part.format, part.head_dim),
+               part.data_row_bytes, part.scale_row_bytes);
+  NIBBLE_CHECK(part.data_offset % 16 == 0 && part.scale_offset % 16 == 0,
+               "decode attention: {} part offsets must be 16-byte aligned, got data {} scales {}", which,
+               part.data_offset, part.scale_offset);
+  NIBBLE_CHECK(part.data_offset + part.bytes <= page_bytes,
+               "decode attention: {} part ends at byte {}, past page_bytes {}", which, part.data_offset + part.bytes,
+               page_bytes);
+}
+
+}  // namespace
+
+void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
+  using quant::ElemFormat;
+  NIBBLE_CHECK(p.plan != nullptr, "decode attention: no split plan (DecodeAttentionParams::plan is null)");
+  const DecodeSplitPlan& plan = *p.plan;
+  NIBBLE_CHECK(p.q && p.out && p.pool && p.page_tables && p.plan_device,
+               "decode attention: a device pointer is null (q {}, out {}, pool {}, page_tables {}, plan_device {})",
+               p.q != nullptr, p.out != nullptr, p.pool != nullptr, p.page_tables != nullptr, p.plan_device != nullptr);
+  NIBBLE_CHECK(plan.num_seqs > 0 && plan.num_work >= plan.num_seqs &&
+                   static_cast<int64_t>(plan.seq_work_offset.size()) == plan.num_seqs + 1,
+               "decode attention: malformed plan (num_seqs {}, num_work {}, {} sequence offsets)", plan.num_seqs,
+               plan.num_work, plan.seq_work_offset.size());
+  NIBBLE_CHECK(p.page_bytes > 0 && p.page_bytes % 16 == 0,
+               "decode attention: page_bytes must be a positive multiple of 16, got {}", p.page_bytes);
+  NIBBLE_CHECK(p.max_pages_per_seq > 0, "decode attention: max_pages_per_seq must be > 0, got {}", p.max_pages_per_seq);
+  validate_part(p.k_layout, "K", p.page_bytes);
+  validate_part(p.v_layout, "V", p.page_bytes);
+  NIBBLE_CHECK(p.k_layout.head_dim == p.v_layout.head_dim && p.k_layout.kv_heads == p.v_layout.kv_heads &&
+                   p.k_layout.page_size == p.v_layout.page_size,
+               "decode attention: K and V layouts disagree: head_dim {} vs {}, kv_heads {} vs {}, page_size {} vs {}",
+               p.k_layout.head_dim, p.v_layout.head_dim, p.k_layout.kv_heads, p.v_layout.kv_heads,
+               p.k_layout.page_size, p.v_layout.page_size);
+  const int64_t head_dim = p.k_layout.head_dim;
+  const int64_t kv_heads = p.k_layout.kv_heads;
+  const int64_t group_chunks = decode_group_chunks(p.num_q_heads, kv_heads);
+  const int64_t group = p.num_q_heads / kv_heads;
+  NIBBLE_CHECK(p.softmax_scale > 0.0f && std::isfinite(p.softmax_scale),
+               "decode attention: softmax_scale must be positive and finite, got {}", p.softmax_scale);
+  NIBBLE_CHECK(p.k_global_scale > 0.0f && p.v_global_scale > 0.0f && std::isfinite(p.k_global_scale) &&
+                   std::isfinite(p.v_global_scale),
+               "decode attention: global scales must be positive and finite, got k {} v {}", p.k_global_scale,
+               p.v_global_scale);
+  if (plan.max_splits > 1) {
+    NIBBLE_CHECK(p.partial_out && p.partial_lse,
+                 "decode attention: the plan splits sequences ({} items for {} sequences) but the partial_out / "
+                 "partial_lse workspace is null",
+                 plan.num_work, plan.num_seqs);
+  }
+
+  const ElemFormat kf = p.k_layout.format, vf = p.v_layout.format;
+  const int max_group = group >= 8 ? 8 : (group > 2 ? 4 : static_cast<int>(group));
+  constexpr double kLog2e = 1.4426950408889634;
+  const double rotate_norm = p.rotation == quant::Rotation::kHadamard ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
+
+  detail::DecodeKernelArgs args{};
+  args.q = p.q;
+  args.q_is_bf16 = p.q_dtype == ActivationDtype::kBF16;
+  args.out = p.out;
+  args.pool = p.pool;
+  args.page_tables = p.page_tables;
+  args.work_seq = p.plan_device;
+  args.work_begin = p.plan_device + plan.num_work;
+  args.work_end = p.plan_device + 2 * plan.num_work;
+  args.seq_work_offset = p.plan_device + 3 * plan.num_work;
+  args.partial_out = p.partial_out;
+  args.partial_lse = p.partial_lse;
+  args.num_q_heads = static_cast<int>(p.num_q_heads);
+  args.group = static_cast<int>(group);
+  args.group_chunks = static_cast<int>(group_chunks);
+  args.max_pages_per_seq = p.max_pages_per_seq;
+  args.page_bytes = p.page_bytes;
+  args.k_layout = p.k_layout;
+  args.v_layout = p.v_layout;
+  args.q_multiplier = static_cast<float>(p.softmax_scale * kLog2e * p.k_global_scale * rotate_norm);
+  args.v_global_scale = p.v_global_scale;
+  args.rotate = p.rotation == quant::Rotation::kHadamard;
+
+  const dim3 grid(static_cast<unsigned>(plan.num_work), static_cast<unsigned>(kv_heads * group_chunks));
+  const int hd = static_cast<int>(head_dim);
+  if (kf == ElemFormat::kF32 && vf == ElemFormat::kF32) {
+    detail::launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(args, hd, max_group, grid, stream);
+  } else if (kf == ElemFormat::kBF16 && vf == ElemFormat::kBF16) {
+    detail::launch_decode_attention<ElemFormat::kBF16, ElemFormat::kBF16>(args, hd, max_group, grid, stream);
+  } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kFP8) {
+    detail::launch_decode_attention<ElemFormat::kFP8, ElemFormat::kFP8>(args, hd, max_group, grid, stream);
+  } else if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
+    detail::launch_decode_attention<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(args, hd, max_group, grid, stream);
+  } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4) {
+    detail::launch_decode_attention<ElemFormat::kFP8, ElemFormat::kNVFP4>(args, hd, max_group, grid, stream);
+  } else {
+    NIBBLE_FAIL("decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",
+                quant::elem_format_name(kf), quant::elem_format_name(vf));
+  }
+  if (plan.max_splits > 1) {
+    detail::launch_decode_reduce(args, plan.num_seqs, hd, stream);
+  }
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,62 @@
+#pragma once
+// Paged decode attention: one query token per sequence, reading the quantized KV pages directly and
+// dequantizing in the kernel, for every format (f32, bf16, fp8, nvfp4, k8v4), head_dim 64/128/256,
+// any GQA group size (heads are processed in chunks of <= 8 per KV head), split-KV by a
+// DecodeSplitPlan (decode_plan.h) with a reduce kernel for split sequences.
+//
+// Rotation: when the cache is rotated (Hadamard), the kernel rotates q itself and rotates the
+// output back, so the caller always passes and receives unrotated vectors.
+//
+// Layouts (device memory):
+//   q            [num_seqs][num_q_heads][head_dim]   f32 or bf16
+//   out          [num_seqs][num_q_heads][head_dim]   f32
+//   pool         [num_pages][page_bytes]             cache/page_layout.h
+//   page_tables  [num_seqs][max_pages_per_seq]       int32
+//   plan         DecodeSplitPlan::packed()           int32, uploaded once per step
+//   partial_out  [plan.num_work][num_q_heads][head_dim] f32   (needed when plan.max_splits > 1)
+//   partial_lse  [plan.num_work][num_q_heads]           f32   (log2-sum-exp of the item's scores)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/decode_plan.h"
+#include "backend/cuda/kv_write.h"  // ActivationDtype
+#include "cache/page_layout.h"
+#include "quant/kv_format.h"
+
+namespace nibble::cuda {
+
+struct DecodeAttentionParams {
+  const void* q = nullptr;
+  ActivationDtype q_dtype = ActivationDtype::kF32;
+  float* out = nullptr;
+  const uint8_t* pool = nullptr;
+  const int32_t* page_tables = nullptr;
+  const int32_t* plan_device = nullptr;  // plan.packed() in device memory
+  const DecodeSplitPlan* plan = nullptr;  // the same plan on the host (sizes, launch shape)
+  float* partial_out = nullptr;
+  float* partial_lse = nullptr;
+
+  int64_t num_q_heads = 0;
+  int64_t max_pages_per_seq = 0;
+  int64_t page_bytes = 0;
+  cache::KvPartLayout k_layout{};
+  cache::KvPartLayout v_layout{};
+  float k_global_scale = 1.0f;
+  float v_global_scale = 1.0f;
+  quant::Rotation rotation = quant::Rotation::kNone;
+  float softmax_scale = 0.0f;  // usually 1/sqrt(head_dim)
+};
+
+// Floats of partial_out the plan needs (0 when no sequence is split); partial_lse needs
+// num_work * num_q_heads floats.
+int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim);
+
+// Validates (nibble::Error naming expected vs actual) and launches the decode kernel, then the
+// reduce kernel when the plan splits a sequence. No allocation, no host synchronization.
+void decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
+
+// ceil(query heads per KV head / 8): the DecodePlanInputs::group_chunks for this geometry.
+int64_t decode_group_chunks(int64_t num_q_heads, int64_t num_kv_heads);
+
+}  // namespace nibble::cuda

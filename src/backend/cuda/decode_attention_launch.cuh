@@ -1,0 +1,46 @@
+#pragma once
+// The per-format launcher (runtime head_dim / group tile -> template), included only by the
+// decode_attention_<format>.cu files, each of which instantiates it for one format pair: this keeps
+// every kernel in exactly one translation unit and lets the build compile them in parallel.
+#include <mutex>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_attention.cuh"
+
+namespace nibble::cuda::detail {
+
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kMaxG>
+void launch_decode_shape(const DecodeKernelArgs& args, dim3 grid, cudaStream_t stream) {
+  using T = DecodeTraits<KF, VF, kHeadDim, kMaxG>;
+  auto* kernel = &decode_attention_kernel<KF, VF, kHeadDim, kMaxG>;
+  static std::once_flag smem_raised;  // one per instantiation
+  std::call_once(smem_raised, [&] {
+    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  });
+  kernel<<<grid, kDecodeThreads, T::kSmemBytes, stream>>>(args);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
+void launch_decode_head_dim(const DecodeKernelArgs& args, int max_group, dim3 grid, cudaStream_t stream) {
+  switch (max_group) {
+    case 1: launch_decode_shape<KF, VF, kHeadDim, 1>(args, grid, stream); break;
+    case 2: launch_decode_shape<KF, VF, kHeadDim, 2>(args, grid, stream); break;
+    case 4: launch_decode_shape<KF, VF, kHeadDim, 4>(args, grid, stream); break;
+    case 8: launch_decode_shape<KF, VF, kHeadDim, 8>(args, grid, stream); break;
+    default: throw_unsupported("decode attention", "the group tile", "1, 2, 4, 8", max_group);
+  }
+}
+
+template <quant::ElemFormat KF, quant::ElemFormat VF>
+void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max_group, dim3 grid,
+                             cudaStream_t stream) {
+  switch (head_dim) {
+    case 64: launch_decode_head_dim<KF, VF, 64>(args, max_group, grid, stream); break;
+    case 128: launch_decode_head_dim<KF, VF, 128>(args, max_group, grid, stream); break;
+    case 256: launch_decode_head_dim<KF, VF, 256>(args, max_group, grid, stream); break;
+    default: throw_unsupported("decode attention", "head_dim", "64, 128, 256", head_dim);
+  }
+}
+
+}  // namespace nibble::cuda::detail

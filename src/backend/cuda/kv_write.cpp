@@ -1,0 +1,56 @@
+// Host entry point of the write path: validate the shapes and layouts, then launch (kv_write.cu).
+#include "backend/cuda/kv_write.h"
+
+#include "common/error.h"
+
+namespace nibble::cuda {
+
+namespace detail {
+void launch_kv_write(const KvWriteParams& p, cudaStream_t stream);  // kv_write.cu
+}  // namespace detail
+
+namespace {
+
+void validate_part(const cache::KvPartLayout& part, const char* which, int64_t page_bytes) {
+  NIBBLE_CHECK(part.head_dim == 64 || part.head_dim == 128 || part.head_dim == 256,
+               "kv_write: {} head_dim must be 64, 128 or 256 on CUDA, got {}", which, part.head_dim);
+  NIBBLE_CHECK(part.kv_heads > 0 && part.page_size > 0, "kv_write: {} layout has kv_heads {} and page_size {}",
+               which, part.kv_heads, part.page_size);
+  NIBBLE_CHECK(part.data_row_bytes == quant::data_bytes(part.format, part.head_dim),
+               "kv_write: {} data_row_bytes: expected {}, got {}", which,
+               quant::data_bytes(part.format, part.head_dim), part.data_row_bytes);
+  NIBBLE_CHECK(part.scale_row_bytes == quant::scale_bytes(part.format, part.head_dim),
+               "kv_write: {} scale_row_bytes: expected {}, got {}", which,
+               quant::scale_bytes(part.format, part.head_dim), part.scale_row_bytes);
+  NIBBLE_CHECK(part.data_offset % 16 == 0 && part.scale_offset % 16 == 0,
+               "kv_write: {} part offsets must be 16-byte aligned, got data {} scales {}", which, part.data_offset,
+               part.scale_offset);
+  NIBBLE_CHECK(part.data_offset + part.bytes <= page_bytes, "kv_write: {} part ends at byte {}, past page_bytes {}",
+               which, part.data_offset + part.bytes, page_bytes);
+}
+
+}  // namespace
+
+void kv_write(const KvWriteParams& p, cudaStream_t stream) {
+  NIBBLE_CHECK(p.num_tokens >= 0, "kv_write: num_tokens must be >= 0, got {}", p.num_tokens);
+  if (p.num_tokens == 0) return;
+  NIBBLE_CHECK(p.k && p.v && p.positions && p.row_sequence && p.page_tables && p.pool,
+               "kv_write: a device pointer is null (k {}, v {}, positions {}, row_sequence {}, page_tables {}, pool {})",
+               p.k != nullptr, p.v != nullptr, p.positions != nullptr, p.row_sequence != nullptr,
+               p.page_tables != nullptr, p.pool != nullptr);
+  NIBBLE_CHECK(p.page_bytes > 0 && p.page_bytes % 16 == 0, "kv_write: page_bytes must be a positive multiple of 16, got {}",
+               p.page_bytes);
+  NIBBLE_CHECK(p.max_pages_per_seq > 0, "kv_write: max_pages_per_seq must be > 0, got {}", p.max_pages_per_seq);
+  validate_part(p.k_layout, "K", p.page_bytes);
+  validate_part(p.v_layout, "V", p.page_bytes);
+  NIBBLE_CHECK(p.k_layout.head_dim == p.v_layout.head_dim && p.k_layout.kv_heads == p.v_layout.kv_heads &&
+                   p.k_layout.page_size == p.v_layout.page_size,
+               "kv_write: K and V layouts disagree: head_dim {} vs {}, kv_heads {} vs {}, page_size {} vs {}",
+               p.k_layout.head_dim, p.v_layout.head_dim, p.k_layout.kv_heads, p.v_layout.kv_heads,
+               p.k_layout.page_size, p.v_layout.page_size);
+  NIBBLE_CHECK(p.k_global_scale > 0.0f && p.v_global_scale > 0.0f,
+               "kv_write: global scales must be positive, got k {} v {}", p.k_global_scale, p.v_global_scale);
+  detail::launch_kv_write(p, stream);
+}
+
+}  // namespace nibble::cuda

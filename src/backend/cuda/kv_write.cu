@@ -1,0 +1,36 @@
+// The write-path kernel launch (validation: kv_write.cpp). This file is compiled with
+// --fmad=false (CMakeLists.txt): the quantizers must round exactly as the CPU reference does, and a
+// contracted multiply-add would skip a rounding step.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_write.cuh"
+
+namespace nibble::cuda::detail {
+
+namespace {
+
+template <int kHeadDim>
+void launch(const KvWriteParams& p, cudaStream_t stream) {
+  constexpr int kVectorsPerBlock = kKvWriteWarps * (512 / kHeadDim);
+  const int64_t vectors = p.num_tokens * p.k_layout.kv_heads;
+  const dim3 grid(static_cast<unsigned>((vectors + kVectorsPerBlock - 1) / kVectorsPerBlock), 2);
+  const dim3 block(kKvWriteWarps * 32);
+  if (p.input_dtype == ActivationDtype::kF32) {
+    kv_write_kernel<kHeadDim, ActivationDtype::kF32><<<grid, block, 0, stream>>>(p);
+  } else {
+    kv_write_kernel<kHeadDim, ActivationDtype::kBF16><<<grid, block, 0, stream>>>(p);
+  }
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
+  switch (p.k_layout.head_dim) {
+    case 64: launch<64>(p, stream); break;
+    case 128: launch<128>(p, stream); break;
+    case 256: launch<256>(p, stream); break;
+    default: throw_unsupported("kv_write", "head_dim", "64, 128, 256", p.k_layout.head_dim);
+  }
+}
+
+}  // namespace nibble::cuda::detail

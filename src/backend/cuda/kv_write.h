@@ -1,0 +1,49 @@
+#pragma once
+// Write path: quantize the new tokens' K and V and store them into the paged KV pool, fused in one
+// kernel, for every format (f32, bf16, fp8, nvfp4, k8v4) with or without the Hadamard rotation.
+// Bit-exact with the CPU reference: the kernel calls quant::quantize_head_vector's building blocks
+// (quant/nvfp4.h, e4m3.h, bf16.h) and replays quant::hadamard_inplace's butterflies in the same
+// order, in a translation unit built without FMA contraction. (One documented difference: a NaN
+// input gives a NaN scale/code on both, but its sign bit may differ, because x86 keeps a NaN's sign
+// through division and the GPU returns the canonical NaN.)
+//
+// Where each token goes is the step plan's own description (backend/step_plan.h): row i belongs to
+// sequence row_sequence[i] at position positions[i], which lives in page
+// page_tables[seq * max_pages_per_seq + pos / page_size], slot pos % page_size.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cache/page_layout.h"
+#include "quant/kv_format.h"
+
+namespace nibble::cuda {
+
+enum class ActivationDtype : uint8_t { kF32, kBF16 };
+
+struct KvWriteParams {
+  // Device pointers.
+  const void* k = nullptr;  // [num_tokens][kv_heads][head_dim], f32 or bf16 (input_dtype)
+  const void* v = nullptr;  // [num_tokens][kv_heads][head_dim], same dtype
+  ActivationDtype input_dtype = ActivationDtype::kF32;
+  const int32_t* positions = nullptr;     // [num_tokens] position of each row in its sequence
+  const int32_t* row_sequence = nullptr;  // [num_tokens] sequence of each row; < 0 skips the row
+  const int32_t* page_tables = nullptr;   // [num_seqs][max_pages_per_seq] page ids
+  uint8_t* pool = nullptr;                // [num_pages][page_bytes]
+
+  int64_t num_tokens = 0;
+  int64_t max_pages_per_seq = 0;
+  int64_t page_bytes = 0;
+  cache::KvPartLayout k_layout{};  // this layer's K part (PageLayout::k(layer))
+  cache::KvPartLayout v_layout{};  // this layer's V part
+  float k_global_scale = 1.0f;     // g of this layer's K (fp8 / nvfp4; ignored otherwise)
+  float v_global_scale = 1.0f;
+  quant::Rotation rotation = quant::Rotation::kNone;
+};
+
+// Validates the shapes and layouts (nibble::Error naming expected vs actual) and launches on
+// `stream`. No allocation, no host synchronization: safe inside CUDA-graph capture.
+// Supported: head_dim 64, 128, 256.
+void kv_write(const KvWriteParams& params, cudaStream_t stream);
+
+}  // namespace nibble::cuda

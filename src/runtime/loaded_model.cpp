@@ -1,0 +1,20 @@
+#include "runtime/loaded_model.h"
+
+#include "common/error.h"
+
+namespace nibble::runtime {
+
+LoadedModel load_model(const LoadModelOptions& options) {
+  NIBBLE_CHECK(std::filesystem::is_directory(options.dir), "model directory {} does not exist",
+               options.dir.string());
+  LoadedModel model;
+  model.backend_ = backend::make_backend({.device = options.device, .num_threads = options.num_threads});
+  model.checkpoint_ = std::make_unique<model::Checkpoint>(model::open_checkpoint(options.dir));
+  model.weights_ = std::make_unique<model::ModelWeights>(
+      model::load_weights(*model.checkpoint_, {.convert_to_f32 = true, .progress = options.progress}));
+  model.transformer_ =
+      std::make_unique<model::Transformer>(model.checkpoint_->config, *model.weights_, *model.backend_);
+  return model;
+}
+
+}  // namespace nibble::runtime

@@ -1,0 +1,45 @@
+#pragma once
+// A model directory loaded onto a backend: checkpoint (config + mapped tensors), weights, the
+// backend and the forward pass. Movable; the parts live behind pointers so the Transformer's
+// references stay valid.
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "config/model_config.h"
+#include "model/checkpoint.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+
+namespace nibble::runtime {
+
+struct LoadModelOptions {
+  std::filesystem::path dir;
+  std::string device = "cpu";
+  int num_threads = 0;             // CPU backend threads; 0 = one per core
+  std::optional<bool> progress;    // loading progress bar; nullopt = when stderr is a terminal
+};
+
+class LoadedModel {
+ public:
+  const config::ModelConfig& config() const { return checkpoint_->config; }
+  const model::Checkpoint& checkpoint() const { return *checkpoint_; }
+  model::Transformer& transformer() { return *transformer_; }
+  backend::Backend& backend() { return *backend_; }
+
+ private:
+  friend LoadedModel load_model(const LoadModelOptions& options);
+  LoadedModel() = default;
+  std::unique_ptr<model::Checkpoint> checkpoint_;
+  std::unique_ptr<model::ModelWeights> weights_;
+  std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<model::Transformer> transformer_;
+};
+
+// Throws nibble::Error naming the directory and the missing or malformed file (config.json,
+// safetensors), the unsupported architecture, or the device.
+LoadedModel load_model(const LoadModelOptions& options);
+
+}  // namespace nibble::runtime

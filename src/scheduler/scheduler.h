@@ -1,0 +1,129 @@
+#pragma once
+// Scheduler: continuous batching over KV page ids. The request lifecycle:
+//   1. submit()  — validated (a request that cannot fit the pool even alone is rejected at once),
+//                  queued FIFO.
+//   2. step()    — running requests first, oldest first (a decode takes 1 token, a prefill chunk
+//                  what the budget leaves after the decodes behind it), then admissions from the
+//                  queue front while the token budget, the running cap and the free pages (after
+//                  evicting the prefix cache) allow. A prefix-cache hit skips the matched tokens.
+//                  When a running request needs a page and none can be freed, the newest running
+//                  request is preempted (possibly itself): its computed whole pages go to the
+//                  prefix cache, the rest is released, and it returns to the queue in arrival order
+//                  (its tokens so far are recomputed later).
+//   3. the runner computes the StepPlan and samples one token per sequence with `samples`.
+//   4. update()  — appends the tokens, finishes requests on a stop id or max_tokens, and offers the
+//                  newly prefilled pages to the prefix cache.
+//   cancel() / finish() at any time (between step() and update() too): everything the request
+//   holds is released (finish() first caches its computed prefix).
+//
+// No starvation: admission is strictly FIFO (the queue front blocks those behind it), preemption
+// takes the newest, and the oldest running request can always progress by preempting the rest,
+// because submit() only accepts requests whose pages fit the whole pool.
+//
+// Single-threaded: the engine loop owns the scheduler; other threads hand it cancellations.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/page_allocator.h"
+#include "cache/radix_cache.h"
+#include "scheduler/request.h"
+#include "scheduler/step_plan.h"
+
+namespace nibble::scheduler {
+
+struct SchedulerConfig {
+  int64_t max_batch_tokens = 0;     // token budget per step (each decode 1, each chunk its size), >= 1
+  int64_t max_running = 0;          // requests admitted at once, >= 1
+  bool cache_after_prefill = true;  // offer prefill pages to the prefix cache as chunks complete
+};
+
+struct SchedulerStats {
+  int64_t steps = 0;
+  int64_t admissions = 0;         // re-admissions after preemption included
+  int64_t preemptions = 0;
+  int64_t prefix_hit_tokens = 0;  // tokens skipped thanks to the prefix cache, over all admissions
+  int64_t computed_tokens = 0;    // tokens scheduled for computation (prefill + decode + recompute)
+  int64_t generated_tokens = 0;
+  int64_t finished = 0;           // by stop id, max_tokens or finish()
+  int64_t cancelled = 0;
+  int64_t rejected = 0;           // submit() refusals
+};
+
+class Scheduler {
+ public:
+  // The allocator and the cache (built on that allocator, same page size) must outlive the
+  // scheduler. Throws nibble::Error on a bad config.
+  Scheduler(cache::PageAllocator& allocator, cache::RadixCache& cache, SchedulerConfig config);
+  ~Scheduler();  // releases every page and lock the live requests hold
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Throws nibble::Error (and queues nothing) on an empty prompt, max_tokens < 0, an id already
+  // live, or a request whose prompt + max_tokens needs more pages than the whole pool.
+  void submit(Request request);
+
+  // The next batch. Empty when nothing can run. Throws nibble::Error if the previous plan was not
+  // answered with update(). When idle (nothing running or waiting) it runs check_integrity().
+  StepPlan step();
+
+  // One sampled token per sequence of the last plan with `samples`, in plan order
+  // (plan.num_sampled of them). Returns one event per sampled sequence still live.
+  std::vector<TokenEvent> update(std::span<const TokenId> sampled_tokens);
+
+  // Both return false for an unknown (or already finished) id.
+  bool cancel(RequestId id);                                     // releases everything, caches nothing
+  bool finish(RequestId id, FinishReason reason = FinishReason::kStop);  // caches the computed prefix
+
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  bool is_live(RequestId id) const { return sequences_.count(id) != 0; }
+  const Request& request(RequestId id) const;                 // throws nibble::Error if not live
+  const std::vector<TokenId>& generated(RequestId id) const;  // tokens so far (prompt excluded)
+  const SchedulerStats& stats() const { return stats_; }
+  int64_t page_size() const { return page_size_; }
+
+  // Throws nibble::Error unless the allocator and cache are consistent, every running request's
+  // page table covers exactly its computed tokens with its shared prefix in the cache, waiting
+  // requests hold nothing, and free + cached + private pages == total.
+  void check_integrity() const;
+
+ private:
+  struct Sequence;
+
+  int64_t remaining(const Sequence& seq) const;
+  int64_t pages_for(const Sequence& seq, int64_t new_tokens) const;  // pages to add for new_tokens
+  bool make_free(int64_t pages);                                     // evicts the cache as needed
+  int64_t fit(const Sequence& seq, int64_t want);                    // tokens whose pages can be had
+  void schedule(Sequence& seq, int64_t n, StepPlan& plan);
+  bool try_admit(Sequence& seq, int64_t budget, StepPlan& plan);
+  void preempt(Sequence& seq);
+  void cache_prefix(Sequence& seq);
+  void release_pages(Sequence& seq, bool cache_prefix);
+  void remove(Sequence& seq);
+  void enqueue_waiting(Sequence& seq);
+
+  cache::PageAllocator& allocator_;
+  cache::RadixCache& cache_;
+  SchedulerConfig config_;
+  int64_t page_size_ = 0;
+  uint64_t next_arrival_ = 0;
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> sequences_;  // every live request
+  std::deque<Sequence*> waiting_;   // by arrival; front admitted first
+  std::vector<Sequence*> running_;  // by arrival; back is the newest (preempted first)
+  // The last plan's sequences, kept for update(): id, whether it samples, whether it was prefill.
+  struct Pending {
+    RequestId id;
+    bool samples;
+    bool prefill;
+  };
+  std::vector<Pending> pending_;
+  bool awaiting_update_ = false;
+  SchedulerStats stats_;
+};
+
+}  // namespace nibble::scheduler

@@ -1,0 +1,333 @@
+// CUDA paged decode attention against the CPU oracle: the test quantizes random K/V into pages with
+// quant::quantize_head_vector (rotated first when the cache is), dequantizes those same bytes with
+// quant::dequantize_head_vector, and computes softmax attention in double. The kernel sees exactly
+// the stored values, so what remains is float32 arithmetic: the tolerance is format-independent
+// in kind, stated per format below relative to the largest |V| (outputs are convex combinations of
+// V rows). Outputs are poisoned (NaN bytes) before every run, so an unwritten element fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/decode_attention.h"
+#include "backend/cuda_common/cuda_test_util.h"
+#include "cache/page_layout.h"
+#include "common/error.h"
+#include "quant/bf16.h"
+#include "quant/hadamard.h"
+#include "quant/kv_format.h"
+
+namespace nibble::cuda {
+namespace {
+
+using quant::KvDtype;
+using quant::Rotation;
+using test::DeviceBuffer;
+
+// |gpu - oracle| <= tolerance · max|V̂| + tolerance · |oracle|.
+double tolerance(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF32: return 5e-5;   // f32 values, f32 accumulation over up to 128K tokens
+    case KvDtype::kBF16: return 5e-5;  // bf16 values are exact in f32
+    case KvDtype::kFP8: return 1e-4;   // unit values e4m3 exact; g folded into q / output
+    case KvDtype::kNVFP4: return 1e-4; // e2m1 · e4m3 exact in f32; g folded as for fp8
+    case KvDtype::kK8V4: return 1e-4;
+  }
+  return 0;
+}
+
+struct RunSpec {
+  KvDtype dtype = KvDtype::kBF16;
+  int head_dim = 128;
+  int kv_heads = 2;
+  int group = 4;
+  int page_size = 64;
+  std::vector<int32_t> seq_lens;
+  Rotation rotation = Rotation::kNone;
+  bool q_bf16 = false;
+  std::vector<int64_t> chunk_variants = {0, 64};  // 0 = the plan's heuristic; 64 = many splits
+  float g_k = 0.8f;
+  float g_v = 1.3f;
+  uint32_t seed = 7;
+};
+
+// Normalized Walsh–Hadamard in double (the oracle's own, independent of quant::hadamard_inplace).
+void hadamard_f64(std::vector<double>& x) {
+  const size_t n = x.size();
+  for (size_t half = 1; half < n; half *= 2)
+    for (size_t i = 0; i < n; i += 2 * half)
+      for (size_t j = i; j < i + half; ++j) {
+        const double a = x[j], b = x[j + half];
+        x[j] = a + b, x[j + half] = a - b;
+      }
+  for (double& v : x) v /= std::sqrt(static_cast<double>(n));
+}
+
+std::string describe(const RunSpec& r, int64_t chunk) {
+  std::string lens;
+  for (int32_t l : r.seq_lens) lens += std::to_string(l) + ",";
+  return std::string(quant::kv_dtype_name(r.dtype)) + " d=" + std::to_string(r.head_dim) + " kv_heads=" +
+         std::to_string(r.kv_heads) + " group=" + std::to_string(r.group) + " page=" + std::to_string(r.page_size) +
+         " lens=" + lens + (r.rotation == Rotation::kHadamard ? " rotated" : "") + (r.q_bf16 ? " q=bf16" : "") +
+         " chunk=" + (chunk ? std::to_string(chunk) : std::string("auto"));
+}
+
+void run_and_compare(const RunSpec& r) {
+  std::mt19937 rng(r.seed + r.head_dim * 31 + r.group * 7 + r.page_size);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int d = r.head_dim;
+  const int64_t num_seqs = static_cast<int64_t>(r.seq_lens.size());
+  const int64_t num_q_heads = static_cast<int64_t>(r.kv_heads) * r.group;
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = r.kv_heads, .head_dim = d}, r.dtype, r.page_size);
+  const cache::KvPartLayout& kl = layout.k(0);
+  const cache::KvPartLayout& vl = layout.v(0);
+  const auto pt = test::make_page_tables(r.seq_lens, r.page_size, rng);
+
+  // Pages: quantized random K/V; the oracle keeps the dequantized values [seq][head][t][d].
+  std::vector<uint8_t> pool(pt.num_pages * layout.page_bytes(), 0);
+  std::vector<std::vector<float>> k_hat(num_seqs * r.kv_heads), v_hat(num_seqs * r.kv_heads);
+  double v_max = 0;
+  std::vector<float> x(d);
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    for (int64_t h = 0; h < r.kv_heads; ++h) {
+      auto& kh = k_hat[s * r.kv_heads + h];
+      auto& vh = v_hat[s * r.kv_heads + h];
+      kh.resize(static_cast<size_t>(r.seq_lens[s]) * d);
+      vh.resize(static_cast<size_t>(r.seq_lens[s]) * d);
+      for (int64_t t = 0; t < r.seq_lens[s]; ++t) {
+        uint8_t* page = pool.data() + pt.table[s * pt.max_pages + t / r.page_size] * layout.page_bytes();
+        const int64_t slot = t % r.page_size;
+        for (int part = 0; part < 2; ++part) {
+          const cache::KvPartLayout& L = part == 0 ? kl : vl;
+          const float magnitude = part == 0 ? 0.5f + 2.5f * static_cast<float>(rng() % 1000) / 1000.0f : 1.0f;
+          for (float& e : x) e = normal(rng) * magnitude;
+          if (r.rotation == Rotation::kHadamard) quant::hadamard_inplace(x.data(), d);
+          const float g = part == 0 ? r.g_k : r.g_v;
+          quant::quantize_head_vector(L.format, x.data(), d, g, page + L.data_at(h, slot), page + L.scales_at(h, slot));
+          float* dst = (part == 0 ? kh.data() : vh.data()) + t * d;
+          quant::dequantize_head_vector(L.format, page + L.data_at(h, slot), page + L.scales_at(h, slot), d, g, dst);
+          if (part == 1)
+            for (int i = 0; i < d; ++i) v_max = std::max(v_max, std::abs(static_cast<double>(dst[i])));
+        }
+      }
+    }
+  }
+
+  // q [num_seqs][num_q_heads][d]: f32, or bf16 whose exact values the oracle uses.
+  std::vector<float> q(num_seqs * num_q_heads * d);
+  std::vector<uint16_t> q_bits(q.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = normal(rng);
+    if (r.q_bf16) q_bits[i] = quant::bf16_from_f32(q[i]), q[i] = quant::f32_from_bf16(q_bits[i]);
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+
+  // Oracle: softmax(scale · q·K̂) V̂ in double; with rotation, q is rotated in and the output out.
+  std::vector<double> expected(q.size());
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    for (int64_t qh = 0; qh < num_q_heads; ++qh) {
+      const auto& kh = k_hat[s * r.kv_heads + qh / r.group];
+      const auto& vh = v_hat[s * r.kv_heads + qh / r.group];
+      std::vector<double> qv(q.begin() + (s * num_q_heads + qh) * d, q.begin() + (s * num_q_heads + qh + 1) * d);
+      if (r.rotation == Rotation::kHadamard) hadamard_f64(qv);
+      const int64_t n = r.seq_lens[s];
+      std::vector<double> score(n);
+      double m = -INFINITY;
+      for (int64_t t = 0; t < n; ++t) {
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += qv[i] * kh[t * d + i];
+        score[t] = dot * scale;
+        m = std::max(m, score[t]);
+      }
+      double denom = 0;
+      std::vector<double> o(d, 0.0);
+      for (int64_t t = 0; t < n; ++t) {
+        const double p = std::exp(score[t] - m);
+        denom += p;
+        for (int i = 0; i < d; ++i) o[i] += p * vh[t * d + i];
+      }
+      for (double& e : o) e /= denom;
+      if (r.rotation == Rotation::kHadamard) hadamard_f64(o);
+      std::copy(o.begin(), o.end(), expected.begin() + (s * num_q_heads + qh) * d);
+    }
+  }
+
+  const DeviceBuffer d_pool = DeviceBuffer::from(pool);
+  const DeviceBuffer d_q = r.q_bf16 ? DeviceBuffer::from(q_bits) : DeviceBuffer::from(q);
+  const DeviceBuffer d_pt = DeviceBuffer::from(pt.table);
+  DeviceBuffer d_out(q.size() * sizeof(float));
+  const double tol = tolerance(r.dtype);
+
+  for (int64_t chunk : r.chunk_variants) {
+    const DecodeSplitPlan plan = plan_decode_splits({.seq_lens = r.seq_lens,
+                                                     .num_kv_heads = r.kv_heads,
+                                                     .group_chunks = decode_group_chunks(num_q_heads, r.kv_heads),
+                                                     .num_sms = test::device_sm_count(),
+                                                     .force_chunk_tokens = chunk});
+    const DeviceBuffer d_plan = DeviceBuffer::from(plan.packed());
+    DeviceBuffer partial_out(std::max<int64_t>(1, decode_partial_out_floats(plan, num_q_heads, d)) * sizeof(float));
+    DeviceBuffer partial_lse(static_cast<size_t>(plan.num_work) * num_q_heads * sizeof(float));
+    d_out.fill(0xFF);  // NaN
+    partial_out.fill(0xFF);
+    partial_lse.fill(0xFF);
+    decode_attention({.q = d_q.as<void>(),
+                      .q_dtype = r.q_bf16 ? ActivationDtype::kBF16 : ActivationDtype::kF32,
+                      .out = d_out.as<float>(),
+                      .pool = d_pool.as<uint8_t>(),
+                      .page_tables = d_pt.as<int32_t>(),
+                      .plan_device = d_plan.as<int32_t>(),
+                      .plan = &plan,
+                      .partial_out = partial_out.as<float>(),
+                      .partial_lse = partial_lse.as<float>(),
+                      .num_q_heads = num_q_heads,
+                      .max_pages_per_seq = pt.max_pages,
+                      .page_bytes = layout.page_bytes(),
+                      .k_layout = kl,
+                      .v_layout = vl,
+                      .k_global_scale = r.g_k,
+                      .v_global_scale = r.g_v,
+                      .rotation = r.rotation,
+                      .softmax_scale = static_cast<float>(scale)},
+                     nullptr);
+    NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> actual = d_out.to_host<float>();
+    int64_t bad = 0, first_bad = -1;
+    double worst = 0;
+    for (size_t i = 0; i < actual.size(); ++i) {
+      const double err = std::abs(static_cast<double>(actual[i]) - expected[i]);
+      const double allowed = tol * v_max + tol * std::abs(expected[i]);
+      if (!(err <= allowed)) {  // NaN fails too
+        if (first_bad < 0) first_bad = static_cast<int64_t>(i);
+        ++bad;
+      }
+      if (std::isfinite(err)) worst = std::max(worst, err / std::max(v_max, 1e-30));
+    }
+    EXPECT_EQ(bad, 0) << describe(r, chunk) << ": " << bad << " of " << actual.size()
+                      << " outputs off; first at index " << first_bad << " (seq "
+                      << (first_bad >= 0 ? first_bad / (num_q_heads * d) : -1) << ", head "
+                      << (first_bad >= 0 ? first_bad / d % num_q_heads : -1) << ", dim "
+                      << (first_bad >= 0 ? first_bad % d : -1) << "): expected "
+                      << (first_bad >= 0 ? expected[first_bad] : 0) << " got " << (first_bad >= 0 ? actual[first_bad] : 0)
+                      << "; worst finite error / max|V| = " << worst << ", plan items " << plan.num_work;
+  }
+}
+
+// ---- the sweep: formats × head_dim × GQA, each over page sizes and batches ------------------------
+
+using SweepParam = std::tuple<KvDtype, int, int>;  // dtype, head_dim, group
+
+class CudaDecodeSweep : public testing::TestWithParam<SweepParam> {};
+
+TEST_P(CudaDecodeSweep, MatchesOracleOverPageSizesLengthsAndBatches) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  const auto [dtype, head_dim, group] = GetParam();
+  for (int page_size : {16, 32, 64}) {
+    std::vector<std::vector<int32_t>> batches;
+    for (int32_t len : {1, 7, 16, 33, 100, 1000, 4097}) batches.push_back({len});
+    batches.push_back({4097, 1, 100, 33, 7});  // batch 5, mixed lengths
+    for (const auto& lens : batches) {
+      run_and_compare({.dtype = dtype, .head_dim = head_dim, .kv_heads = 2, .group = group, .page_size = page_size,
+                       .seq_lens = lens});
+      if (HasFailure()) return;  // one failing shape is enough to read
+    }
+  }
+}
+
+std::string sweep_name(const testing::TestParamInfo<SweepParam>& info) {
+  const auto [dtype, head_dim, group] = info.param;
+  return std::string(quant::kv_dtype_name(dtype)) + "_d" + std::to_string(head_dim) + "_gqa" + std::to_string(group);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaDecodeSweep,
+                         testing::Combine(testing::Values(KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4,
+                                                          KvDtype::kK8V4),
+                                          testing::Values(64, 128, 256), testing::Values(1, 2, 4, 8)),
+                         sweep_name);
+
+// ---- rotation, bf16 q, group sizes that are not 1/2/4/8, long contexts ----------------------------
+
+class CudaDecodeFormat : public testing::TestWithParam<KvDtype> {};
+
+TEST_P(CudaDecodeFormat, RotatedCacheRotatesQAndOutputInside) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (int head_dim : {64, 128, 256}) {
+    run_and_compare({.dtype = GetParam(), .head_dim = head_dim, .group = 4, .page_size = 32,
+                     .seq_lens = {300, 1, 65, 2000, 17}, .rotation = Rotation::kHadamard});
+  }
+}
+
+TEST_P(CudaDecodeFormat, Bf16Query) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  run_and_compare({.dtype = GetParam(), .head_dim = 128, .group = 8, .page_size = 16, .seq_lens = {129, 4, 777},
+                   .q_bf16 = true});
+}
+
+TEST_P(CudaDecodeFormat, GroupSizesOtherThanPowersOfTwoAndAboveEight) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (int group : {3, 6, 12, 16}) {
+    run_and_compare({.dtype = GetParam(), .head_dim = 128, .kv_heads = 1, .group = group, .page_size = 64,
+                     .seq_lens = {500, 3}});
+  }
+}
+
+TEST_P(CudaDecodeFormat, LongContext128K) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  run_and_compare({.dtype = GetParam(), .head_dim = 128, .kv_heads = 1, .group = 4, .page_size = 64,
+                   .seq_lens = {131072}, .chunk_variants = {0}});
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaDecodeFormat,
+                         testing::Values(KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4, KvDtype::kK8V4),
+                         [](const testing::TestParamInfo<KvDtype>& info) {
+                           return std::string(quant::kv_dtype_name(info.param));
+                         });
+
+// ---- validation (before any CUDA call: runs without a GPU) ----------------------------------------
+
+TEST(CudaDecodeErrors, RejectsBadShapesNamingTheProblem) {
+  const std::vector<int32_t> lens = {1000};  // 16 items: the plan needs the split workspace
+  const DecodeSplitPlan plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 2, .force_chunk_tokens = 64});
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = 2, .head_dim = 128}, KvDtype::kNVFP4, 16);
+  int32_t dummy = 0;
+  uint8_t byte = 0;
+  float f = 0;
+  const DecodeAttentionParams good{.q = &f, .out = &f, .pool = &byte, .page_tables = &dummy, .plan_device = &dummy,
+                                   .plan = &plan, .partial_out = &f, .partial_lse = &f, .num_q_heads = 8,
+                                   .max_pages_per_seq = 1, .page_bytes = layout.page_bytes(), .k_layout = layout.k(0),
+                                   .v_layout = layout.v(0), .softmax_scale = 0.088f};
+  auto expect_error = [](DecodeAttentionParams p, const std::string& needle) {
+    try {
+      decode_attention(p, nullptr);
+      ADD_FAILURE() << "accepted; expected an error mentioning '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  DecodeAttentionParams p = good;
+  p.num_q_heads = 7;
+  expect_error(p, "multiple of num_kv_heads");
+  p = good;
+  p.plan = nullptr;
+  expect_error(p, "no split plan");
+  p = good;
+  p.partial_out = nullptr;
+  expect_error(p, "workspace");
+  p = good;
+  p.softmax_scale = 0.0f;
+  expect_error(p, "softmax_scale");
+  const cache::PageLayout odd_page({.num_layers = 1, .kv_heads = 2, .head_dim = 128}, KvDtype::kNVFP4, 8);
+  p = good;
+  p.k_layout = odd_page.k(0), p.v_layout = odd_page.v(0), p.page_bytes = odd_page.page_bytes();
+  expect_error(p, "page_size must be a positive multiple of 16");
+  const cache::PageLayout wide({.num_layers = 1, .kv_heads = 2, .head_dim = 80}, KvDtype::kBF16, 16);
+  p = good;
+  p.k_layout = wide.k(0), p.v_layout = wide.v(0), p.page_bytes = wide.page_bytes();
+  expect_error(p, "head_dim must be 64, 128 or 256");
+}
+
+}  // namespace
+}  // namespace nibble::cuda

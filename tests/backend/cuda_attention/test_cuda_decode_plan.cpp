@@ -1,0 +1,76 @@
+// The split-KV plan (host only): every sequence is covered exactly once by contiguous items whose
+// boundaries are multiples of the granule; long sequences in small batches are split; big batches
+// are not.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/cuda/decode_plan.h"
+#include "common/error.h"
+
+namespace nibble::cuda {
+namespace {
+
+void expect_covers(const DecodeSplitPlan& plan, const std::vector<int32_t>& lens) {
+  ASSERT_EQ(plan.num_seqs, static_cast<int32_t>(lens.size()));
+  ASSERT_EQ(plan.seq_work_offset.size(), lens.size() + 1);
+  ASSERT_EQ(plan.seq_work_offset.back(), plan.num_work);
+  int32_t max_splits = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    int32_t expect_begin = 0;
+    for (int32_t w = plan.seq_work_offset[s]; w < plan.seq_work_offset[s + 1]; ++w) {
+      EXPECT_EQ(plan.work_seq[w], static_cast<int32_t>(s));
+      EXPECT_EQ(plan.work_begin[w], expect_begin);
+      EXPECT_EQ(plan.work_begin[w] % kDecodeSplitGranule, 0);
+      EXPECT_GT(plan.work_end[w], plan.work_begin[w]);
+      expect_begin = plan.work_end[w];
+    }
+    EXPECT_EQ(expect_begin, lens[s]) << "sequence " << s;
+    max_splits = std::max(max_splits, plan.seq_work_offset[s + 1] - plan.seq_work_offset[s]);
+  }
+  EXPECT_EQ(plan.max_splits, max_splits);
+  const std::vector<int32_t> packed = plan.packed();
+  ASSERT_EQ(static_cast<int64_t>(packed.size()), plan.packed_size());
+  EXPECT_EQ(packed[3 * plan.num_work + plan.num_seqs], plan.num_work);
+}
+
+TEST(DecodeSplitPlan, SplitsOneLongSequenceToFillTheGpu) {
+  const std::vector<int32_t> lens = {32768};
+  const auto plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132});
+  expect_covers(plan, lens);
+  // 8 KV heads per item; filling 2 × 132 SMs needs >= 33 items.
+  EXPECT_GE(plan.num_work * 8, 2 * 132);
+  EXPECT_EQ(plan.chunk_tokens % kDecodeSplitGranule, 0);
+}
+
+TEST(DecodeSplitPlan, DoesNotSplitABigBatch) {
+  const std::vector<int32_t> lens(256, 4096);
+  const auto plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132});
+  expect_covers(plan, lens);
+  EXPECT_EQ(plan.max_splits, 1);
+  EXPECT_EQ(plan.num_work, 256);
+}
+
+TEST(DecodeSplitPlan, MixedLengthsAndForcedChunks) {
+  const std::vector<int32_t> lens = {1, 7, 64, 65, 4097, 100};
+  const auto plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 2, .force_chunk_tokens = 64});
+  expect_covers(plan, lens);
+  EXPECT_EQ(plan.max_splits, 65);  // 4097 tokens in chunks of 64
+  EXPECT_EQ(plan.seq_work_offset[3] - plan.seq_work_offset[2], 1);
+  EXPECT_EQ(plan.seq_work_offset[4] - plan.seq_work_offset[3], 2);
+  const auto heuristic = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 2});
+  expect_covers(heuristic, lens);
+}
+
+TEST(DecodeSplitPlan, RejectsBadInput) {
+  const std::vector<int32_t> empty;
+  EXPECT_THROW(plan_decode_splits({.seq_lens = empty, .num_kv_heads = 8}), Error);
+  const std::vector<int32_t> zero = {5, 0};
+  EXPECT_THROW(plan_decode_splits({.seq_lens = zero, .num_kv_heads = 8}), Error);
+  const std::vector<int32_t> ok = {5};
+  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .force_chunk_tokens = 100}), Error);
+  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 0}), Error);
+}
+
+}  // namespace
+}  // namespace nibble::cuda

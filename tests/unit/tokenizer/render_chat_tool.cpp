@@ -1,0 +1,47 @@
+// tokenizer_render_chat: nibble's side of the chat-template comparison with @huggingface/jinja
+// (tests/reference/render_chat.mjs has the same contract).
+// usage: tokenizer_render_chat TEMPLATE_SOURCE [EXTRA_JSON] < contexts.jsonl > rendered.jsonl
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "common/error.h"
+#include "tokenizer/tokenizer.h"
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fmt::print(stderr, "usage: {} TEMPLATE_SOURCE [EXTRA_JSON] < contexts.jsonl\n", argv[0]);
+    return 2;
+  }
+  try {
+    const std::string path = argv[1];
+    std::ifstream in(path, std::ios::binary);
+    NIBBLE_CHECK(in.good(), "cannot open {}", path);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    std::string source = buffer.str();
+    if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0)
+      source = nlohmann::json::parse(source).at("chat_template").get<std::string>();
+    const nlohmann::json extra = nlohmann::json::parse(argc > 2 ? argv[2] : "{}");
+    const nibble::ChatTemplate tmpl = nibble::ChatTemplate::parse(source);
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      if (line.empty()) continue;
+      nlohmann::json context = nlohmann::json::parse(line);
+      context.update(extra);
+      try {
+        fmt::print("{}\n", nlohmann::json(tmpl.render(context)).dump());
+      } catch (const nibble::Error&) {
+        fmt::print("{}\n", R"({"error":true})");
+      }
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tokenizer_render_chat: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
