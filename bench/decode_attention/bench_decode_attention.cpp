@@ -136,7 +136,8 @@ DecodeResult bench_decode(const Device& dev, KvDtype dtype, int group, int64_t c
   const std::vector<int32_t> lens(batch, static_cast<int32_t>(ctx));
   const cuda::DecodeSplitPlan plan = cuda::plan_decode_splits(
       {.seq_lens = lens, .num_kv_heads = kKvHeads, .group_chunks = cuda::decode_group_chunks(num_q_heads, kKvHeads),
-       .num_sms = dev.sms});
+       .num_sms = dev.sms,
+       .blocks_per_sm = cuda::decode_blocks_per_sm(layout.k(0).format, layout.v(0).format, kHeadDim)});
   const std::vector<int32_t> packed = plan.packed();
   DeviceMem d_plan(packed.size() * 4);
   NIBBLE_CUDA_CHECK(cudaMemcpy(d_plan.p, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice));

@@ -60,7 +60,7 @@ MemoryPlan plan_memory(const PlanInput& in) {
                format_bytes(plan.weights_bytes), plan.weights_bytes,
                plan.weights_estimated ? ", estimated from the config" : "", format_bytes(plan.usable_bytes),
                format_bytes(in.gpu_memory_bytes), in.mem_fraction);
-  plan.pages_per_request = (in.context_tokens + in.page_size - 1) / in.page_size;
+  plan.pages_per_request = in.context_tokens / in.page_size + (in.context_tokens % in.page_size != 0 ? 1 : 0);
   plan.state_bytes_per_request = model.linear_state_bytes_per_request();
   plan.full_attention_layers = model.num_full_attention_layers();
   plan.linear_attention_layers = model.num_linear_attention_layers();

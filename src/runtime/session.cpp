@@ -5,6 +5,7 @@
 
 #include "backend/step_plan.h"
 #include "common/error.h"
+#include "runtime/forward_step.h"
 
 namespace nibble::runtime {
 
@@ -24,29 +25,11 @@ int64_t pool_pages(const SessionOptions& options, int64_t max_context) {
   return options.max_sequences * ((max_context + options.page_size - 1) / options.page_size);
 }
 
-// The pool's bytes in the backend's memory: host memory for the CPU backend (KvPool's own zeroed
-// storage), a backend buffer otherwise.
-class BackendKvStorage final : public cache::KvStorage {
- public:
-  explicit BackendKvStorage(std::unique_ptr<backend::Buffer> buffer) : buffer_(std::move(buffer)) {}
-  uint8_t* data() override { return static_cast<uint8_t*>(buffer_->data()); }
-  const uint8_t* data() const override { return static_cast<const uint8_t*>(buffer_->data()); }
-  int64_t bytes() const override { return buffer_->bytes(); }
-  bool host_accessible() const override { return false; }
-
- private:
-  std::unique_ptr<backend::Buffer> buffer_;
-};
-
 cache::KvPool make_pool(LoadedModel& model, const SessionOptions& options, int64_t max_context) {
-  quant::validate_head_dim(options.kv_dtype, options.rotation, model.config().head_dim);
-  cache::PageLayout layout(model.transformer().kv_geometry(), options.kv_dtype, options.page_size);
-  const int64_t num_pages = pool_pages(options, max_context);
-  std::unique_ptr<cache::KvStorage> storage;
-  if (model.backend().name() != "cpu") {
-    storage = std::make_unique<BackendKvStorage>(model.backend().allocate(num_pages * layout.page_bytes()));
-  }
-  return cache::KvPool(layout, num_pages, std::move(storage));
+  return make_kv_pool(model, {.kv_dtype = options.kv_dtype,
+                              .rotation = options.rotation,
+                              .page_size = options.page_size,
+                              .num_pages = pool_pages(options, max_context)});
 }
 
 }  // namespace
@@ -116,9 +99,7 @@ std::vector<float> Session::step(std::span<const StepInput> inputs) {
     steps.push_back({.first_position = seq.length, .tokens = in.tokens, .pages = seq.pages,
                      .all_logits = in.all_logits});
   }
-  const backend::StepPlan plan = backend::make_step_plan(steps, options_.page_size, pool_.num_pages());
-  std::vector<float> logits;
-  model_.transformer().forward(plan, kv_view(), logits);
+  std::vector<float> logits = run_forward_step(model_, pool_, rotation_, steps);
   for (const StepInput& in : inputs) sequence(in.sequence).length += static_cast<int64_t>(in.tokens.size());
   return logits;
 }
@@ -145,13 +126,7 @@ std::vector<float> Session::decode(int32_t token) {
   return step(std::span(&input, 1));
 }
 
-backend::KvCacheView Session::kv_view() {
-  return {.pool = pool_.storage().data(),
-          .num_pages = pool_.num_pages(),
-          .layout = &pool_.layout(),
-          .scales = &pool_.global_scales(),
-          .rotation = rotation_};
-}
+backend::KvCacheView Session::kv_view() { return kv_cache_view(pool_, rotation_); }
 
 void Session::check_integrity() const {
   pool_.check_integrity();

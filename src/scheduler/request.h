@@ -18,6 +18,7 @@ struct Request {
   int64_t max_tokens = 0;          // tokens to generate, >= 0 (0: prefill only, e.g. prompt scoring)
   std::vector<TokenId> stop_ids;   // EOS ids: sampling one finishes the request (it is reported)
   std::any sampling;               // carried for the runner, never read by the scheduler
+  bool compute_whole_prompt = false;  // no prefix-cache match: every prompt position is computed (scoring)
 };
 
 enum class FinishReason : uint8_t {

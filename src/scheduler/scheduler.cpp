@@ -49,22 +49,11 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::submit(Request request) {
-  const auto reject = [&](auto&&... args) {
+  try {
+    validate(request);
+  } catch (const Error&) {
     ++stats_.rejected;
-    NIBBLE_FAIL(args...);
-  };
-  if (request.prompt.empty()) reject("request {}: the prompt is empty", request.id);
-  if (request.max_tokens < 0) reject("request {}: max_tokens must be >= 0, got {}", request.id, request.max_tokens);
-  if (sequences_.count(request.id)) reject("request {}: the id is already in use", request.id);
-  // The last generated token is never fed back, so its KV is never stored.
-  const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
-  const int64_t kv_tokens = prompt_tokens + std::max<int64_t>(request.max_tokens - 1, 0);
-  const int64_t pages = (kv_tokens + page_size_ - 1) / page_size_;
-  if (pages > allocator_.num_pages()) {
-    reject("request {} cannot fit the KV pool even alone: {} prompt + {} max_tokens tokens need {} pages of {} "
-           "tokens, the pool has {} pages ({} tokens)",
-           request.id, prompt_tokens, request.max_tokens, pages, page_size_, allocator_.num_pages(),
-           allocator_.num_pages() * page_size_);
+    throw;
   }
   auto seq = std::make_unique<Sequence>();
   seq->arrival = next_arrival_++;
@@ -73,6 +62,22 @@ void Scheduler::submit(Request request) {
   Sequence* raw = seq.get();
   sequences_.emplace(raw->request.id, std::move(seq));
   waiting_.push_back(raw);
+}
+
+void Scheduler::validate(const Request& request) const {
+  NIBBLE_CHECK(!request.prompt.empty(), "request {}: the prompt is empty", request.id);
+  NIBBLE_CHECK(request.max_tokens >= 0, "request {}: max_tokens must be >= 0, got {}", request.id,
+               request.max_tokens);
+  NIBBLE_CHECK(!sequences_.count(request.id), "request {}: the id is already in use", request.id);
+  // The last generated token is never fed back, so its KV is never stored.
+  const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
+  const int64_t kv_tokens = prompt_tokens + std::max<int64_t>(request.max_tokens - 1, 0);
+  const int64_t pages = (kv_tokens + page_size_ - 1) / page_size_;
+  NIBBLE_CHECK(pages <= allocator_.num_pages(),
+               "request {} cannot fit the KV pool even alone: {} prompt + {} max_tokens tokens need {} pages of {} "
+               "tokens, the pool has {} pages ({} tokens)",
+               request.id, prompt_tokens, request.max_tokens, pages, page_size_, allocator_.num_pages(),
+               allocator_.num_pages() * page_size_);
 }
 
 int64_t Scheduler::remaining(const Sequence& seq) const {
@@ -123,7 +128,7 @@ void Scheduler::schedule(Sequence& seq, int64_t n, StepPlan& plan) {
 bool Scheduler::try_admit(Sequence& seq, int64_t budget, StepPlan& plan) {
   // Match all but the last token: its logits are needed, so at least one token is computed.
   const std::span<const TokenId> known(seq.tokens);
-  cache::RadixMatch match = cache_.match_prefix(known.first(known.size() - 1));
+  cache::RadixMatch match = cache_.match_prefix(known.first(seq.request.compute_whole_prompt ? 0 : known.size() - 1));
   seq.page_table = std::move(match.pages);
   seq.num_tree_pages = static_cast<int64_t>(seq.page_table.size());
   seq.num_computed = match.matched_tokens;

@@ -95,6 +95,7 @@ class Scheduler {
  private:
   struct Sequence;
 
+  void validate(const Request& request) const;
   int64_t remaining(const Sequence& seq) const;
   int64_t pages_for(const Sequence& seq, int64_t new_tokens) const;  // pages to add for new_tokens
   bool make_free(int64_t pages);                                     // evicts the cache as needed

@@ -20,6 +20,11 @@ int64_t decode_group_chunks(int64_t num_q_heads, int64_t num_kv_heads) {
   return (group + detail::kMaxGroupPerBlock - 1) / detail::kMaxGroupPerBlock;
 }
 
+int64_t decode_blocks_per_sm(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
+  if (k_format == quant::ElemFormat::kF32) return 2;
+  return detail::tc_geometry(k_format, v_format, static_cast<int>(head_dim)).blocks_per_sm;
+}
+
 int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {
   return plan.max_splits > 1 ? static_cast<int64_t>(plan.num_work) * num_q_heads * head_dim : 0;
 }
@@ -68,6 +73,7 @@ void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
                "decode attention: K and V layouts disagree: head_dim {} vs {}, kv_heads {} vs {}, page_size {} vs {}",
                p.k_layout.head_dim, p.v_layout.head_dim, p.k_layout.kv_heads, p.v_layout.kv_heads,
                p.k_layout.page_size, p.v_layout.page_size);
+  const ElemFormat kf = p.k_layout.format, vf = p.v_layout.format;
   const int64_t head_dim = p.k_layout.head_dim;
   const int64_t kv_heads = p.k_layout.kv_heads;
   const int64_t group_chunks = decode_group_chunks(p.num_q_heads, kv_heads);
@@ -85,8 +91,8 @@ void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
                  plan.num_work, plan.num_seqs);
   }
 
-  const ElemFormat kf = p.k_layout.format, vf = p.v_layout.format;
-  const int max_group = group >= 8 ? 8 : (group > 2 ? 4 : static_cast<int>(group));
+  // Group tile of the CUDA-core (f32) kernel: the smallest of 1, 2, 4, 8 holding the group (chunks of 8 above).
+  const int max_group = group > 4 ? 8 : (group > 2 ? 4 : static_cast<int>(group));
   constexpr double kLog2e = 1.4426950408889634;
   const double rotate_norm = p.rotation == quant::Rotation::kHadamard ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
 
@@ -109,8 +115,12 @@ void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   args.page_bytes = p.page_bytes;
   args.k_layout = p.k_layout;
   args.v_layout = p.v_layout;
-  args.q_multiplier = static_cast<float>(p.softmax_scale * kLog2e * p.k_global_scale * rotate_norm);
-  args.v_global_scale = p.v_global_scale;
+  // g multiplies stored values only for the formats that define it (fp8, nvfp4); f32 and bf16 ignore it,
+  // exactly as quant::dequantize_head_vector does.
+  const double g_k = quant::uses_global_scale(kf) ? p.k_global_scale : 1.0;
+  const double g_v = quant::uses_global_scale(vf) ? p.v_global_scale : 1.0;
+  args.q_multiplier = static_cast<float>(p.softmax_scale * kLog2e * g_k * rotate_norm);
+  args.v_global_scale = static_cast<float>(g_v);
   args.rotate = p.rotation == quant::Rotation::kHadamard;
 
   const dim3 grid(static_cast<unsigned>(plan.num_work), static_cast<unsigned>(kv_heads * group_chunks));
@@ -118,13 +128,13 @@ void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   if (kf == ElemFormat::kF32 && vf == ElemFormat::kF32) {
     detail::launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(args, hd, max_group, grid, stream);
   } else if (kf == ElemFormat::kBF16 && vf == ElemFormat::kBF16) {
-    detail::launch_decode_attention<ElemFormat::kBF16, ElemFormat::kBF16>(args, hd, max_group, grid, stream);
+    detail::launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(args, hd, grid, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kFP8) {
-    detail::launch_decode_attention<ElemFormat::kFP8, ElemFormat::kFP8>(args, hd, max_group, grid, stream);
+    detail::launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(args, hd, grid, stream);
   } else if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
-    detail::launch_decode_attention<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(args, hd, max_group, grid, stream);
+    detail::launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(args, hd, grid, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4) {
-    detail::launch_decode_attention<ElemFormat::kFP8, ElemFormat::kNVFP4>(args, hd, max_group, grid, stream);
+    detail::launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(args, hd, grid, stream);
   } else {
     NIBBLE_FAIL("decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",
                 quant::elem_format_name(kf), quant::elem_format_name(vf));

@@ -1,9 +1,9 @@
-// Decode attention kernels for the bf16 cache (K BF16, V BF16): every head_dim × group tile.
+// Tensor-core decode attention kernels for the bf16 cache (K BF16, V BF16): every head_dim.
 #include "backend/cuda/decode_attention_launch.cuh"
 
 namespace nibble::cuda::detail {
 
-template void launch_decode_attention<quant::ElemFormat::kBF16, quant::ElemFormat::kBF16>(const DecodeKernelArgs&, int,
-                                                                                      int, dim3, cudaStream_t);
+template void launch_decode_attention_tc<quant::ElemFormat::kBF16, quant::ElemFormat::kBF16>(const DecodeKernelArgs&, int,
+                                                                                   dim3, cudaStream_t);
 
 }  // namespace nibble::cuda::detail

@@ -1,9 +1,9 @@
-// Decode attention kernels for the k8v4 cache (K FP8, V NVFP4): every head_dim × group tile.
+// Tensor-core decode attention kernels for the k8v4 cache (K FP8, V NVFP4): every head_dim.
 #include "backend/cuda/decode_attention_launch.cuh"
 
 namespace nibble::cuda::detail {
 
-template void launch_decode_attention<quant::ElemFormat::kFP8, quant::ElemFormat::kNVFP4>(const DecodeKernelArgs&, int,
-                                                                                      int, dim3, cudaStream_t);
+template void launch_decode_attention_tc<quant::ElemFormat::kFP8, quant::ElemFormat::kNVFP4>(const DecodeKernelArgs&, int,
+                                                                                   dim3, cudaStream_t);
 
 }  // namespace nibble::cuda::detail

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/decode_attention_tc.cuh"
 
 namespace nibble::cuda::detail {
 
@@ -39,6 +40,28 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
     case 64: launch_decode_head_dim<KF, VF, 64>(args, max_group, grid, stream); break;
     case 128: launch_decode_head_dim<KF, VF, 128>(args, max_group, grid, stream); break;
     case 256: launch_decode_head_dim<KF, VF, 256>(args, max_group, grid, stream); break;
+    default: throw_unsupported("decode attention", "head_dim", "64, 128, 256", head_dim);
+  }
+}
+
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
+void launch_decode_tc_shape(const DecodeKernelArgs& args, dim3 grid, cudaStream_t stream) {
+  using T = TcTraits<KF, VF, kHeadDim>;
+  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim>;
+  static std::once_flag smem_raised;  // one per instantiation
+  std::call_once(smem_raised, [&] {
+    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  });
+  kernel<<<grid, kTcThreads, T::kSmemBytes, stream>>>(args);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <quant::ElemFormat KF, quant::ElemFormat VF>
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, dim3 grid, cudaStream_t stream) {
+  switch (head_dim) {
+    case 64: launch_decode_tc_shape<KF, VF, 64>(args, grid, stream); break;
+    case 128: launch_decode_tc_shape<KF, VF, 128>(args, grid, stream); break;
+    case 256: launch_decode_tc_shape<KF, VF, 256>(args, grid, stream); break;
     default: throw_unsupported("decode attention", "head_dim", "64, 128, 256", head_dim);
   }
 }

@@ -37,10 +37,47 @@ struct DecodeKernelArgs {
   bool rotate;
 };
 
-// Launches decode_attention_kernel for one format pair; head_dim (64/128/256) and the group tile
-// (1/2/4/8) are dispatched inside. Explicitly instantiated per format pair in decode_attention_<fmt>.cu.
+// ---- the tensor-core decode kernel's geometry (decode_attention_tc.cuh), plain C++ so that the host
+// (split plan, benchmark) can size the grid from the same numbers the kernel uses -----------------
+inline constexpr int kTcWarps = 4;                 // warps per block; each streams its own 16-token chunks
+inline constexpr int kTcThreads = 32 * kTcWarps;
+inline constexpr int kTcChunk = 16;                // tokens per warp step (one PV k-step, two QK n-tiles)
+inline constexpr int kTcStageBudget = 12288;       // bytes of cp.async stages per warp (>= 2 stages)
+inline constexpr int kSmemPerSm = 233472;          // H100/H200: 228 KiB per SM
+inline constexpr int kSmemReservedPerBlock = 1024;
+
+struct TcGeometry {
+  int stage_bytes;  // one 16-token chunk: K data, K scales, V data, V scales
+  int stages;       // per warp
+  int smem_bytes;   // per block
+  int blocks_per_sm;
+};
+
+constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim) {
+  const int stage = kTcChunk * static_cast<int>(quant::data_bytes(kf, head_dim) + quant::scale_bytes(kf, head_dim) +
+                                                quant::data_bytes(vf, head_dim) + quant::scale_bytes(vf, head_dim));
+  int stages = kTcStageBudget / stage;
+  stages = stages < 2 ? 2 : (stages > 8 ? 8 : stages);
+  const int qfrag = (head_dim / 16) * 32 * 16;         // [k-steps][32 lanes] uint4
+  const int stats = 2 * kTcWarps * 8 * 4;              // m and l per warp and head
+  const int work_stages = kTcWarps * stages * stage;   // per-warp rings of stages
+  const int work_red = kTcWarps * 8 * head_dim * 4;    // cross-warp reduction / q staging
+  const int smem = qfrag + stats + (work_stages > work_red ? work_stages : work_red);
+  int blocks = kSmemPerSm / (smem + kSmemReservedPerBlock);
+  const int max_blocks = head_dim >= 256 ? 2 : 4;  // head_dim 256 needs the registers of 2 blocks/SM
+  blocks = blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks);
+  return {stage, stages, smem, blocks};
+}
+
+// Launches decode_attention_kernel (CUDA cores, exact f32 arithmetic; used for the f32 cache) for one
+// format pair; head_dim (64/128/256) and the group tile (1/2/4/8) are dispatched inside.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max_group, dim3 grid, cudaStream_t stream);
+
+// Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside.
+// Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
+template <quant::ElemFormat KF, quant::ElemFormat VF>
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, dim3 grid, cudaStream_t stream);
 
 // The split-KV merge (decode_reduce.cu): grid (num_seqs, num_q_heads); returns at once for a
 // sequence of one work item.

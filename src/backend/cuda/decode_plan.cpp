@@ -1,6 +1,7 @@
 #include "backend/cuda/decode_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.h"
 
@@ -22,11 +23,9 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   NIBBLE_CHECK(in.num_kv_heads > 0 && in.group_chunks > 0 && in.num_sms > 0 && in.blocks_per_sm > 0,
                "decode plan: kv_heads {}, group_chunks {}, num_sms {}, blocks_per_sm {} must all be positive",
                in.num_kv_heads, in.group_chunks, in.num_sms, in.blocks_per_sm);
-  int64_t total_granules = 0;
   int64_t max_len = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     NIBBLE_CHECK(in.seq_lens[s] >= 1, "decode plan: sequence {} has length {}, expected >= 1", s, in.seq_lens[s]);
-    total_granules += (in.seq_lens[s] + kDecodeSplitGranule - 1) / kDecodeSplitGranule;
     max_len = std::max<int64_t>(max_len, in.seq_lens[s]);
   }
 
@@ -36,17 +35,36 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
                  "decode plan: chunk of {} tokens is not a multiple of {}", in.force_chunk_tokens, kDecodeSplitGranule);
     chunk = in.force_chunk_tokens;
   } else {
-    // Blocks per work item; aim for enough items to fill blocks_per_sm waves of the SMs. Without a
-    // split there are num_seqs items; split only when that leaves SMs idle (flash-decoding).
+    // Flash-decoding split, sized by wave efficiency: with S = num_sms · blocks_per_sm resident blocks,
+    // a grid of B blocks runs in ceil(B / S) waves and keeps (B / S) / ceil(B / S) of the slots busy.
+    // Try splitting the longest sequence into 1, 2, ... items (chunks never below min_chunk_tokens)
+    // and take the fewest splits whose efficiency is within 10% of the best (fewer splits = less
+    // merge work); a big batch therefore stays unsplit and a single sequence fills every SM.
     const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
-    const int64_t target_items = (in.num_sms * in.blocks_per_sm + blocks_per_item - 1) / blocks_per_item;
-    if (num_seqs >= target_items) {
-      chunk = max_len;  // one item per sequence
-    } else {
-      const int64_t granules_per_item = std::max<int64_t>(1, total_granules / target_items);  // >= target items
-      chunk = std::max<int64_t>(granules_per_item * kDecodeSplitGranule, in.min_chunk_tokens);
+    const int64_t slots = in.num_sms * in.blocks_per_sm;
+    const int64_t max_granules = (max_len + kDecodeSplitGranule - 1) / kDecodeSplitGranule;
+    const int64_t min_granules = std::max<int64_t>(1, in.min_chunk_tokens / kDecodeSplitGranule);
+    const int64_t max_split = std::max<int64_t>(1, std::min<int64_t>(256, max_granules / min_granules));
+    std::vector<double> efficiency;
+    std::vector<int64_t> chunk_granules;
+    double best = 0;
+    for (int64_t split = 1; split <= max_split; ++split) {
+      const int64_t cg = (max_granules + split - 1) / split;
+      if (!chunk_granules.empty() && cg == chunk_granules.back()) continue;
+      int64_t items = 0;
+      for (int64_t s = 0; s < num_seqs; ++s) {
+        const int64_t granules = (in.seq_lens[s] + kDecodeSplitGranule - 1) / kDecodeSplitGranule;
+        items += (granules + cg - 1) / cg;
+      }
+      const double waves = static_cast<double>(items * blocks_per_item) / static_cast<double>(slots);
+      const double eff = waves / std::ceil(waves);
+      efficiency.push_back(eff);
+      chunk_granules.push_back(cg);
+      best = std::max(best, eff);
     }
-    chunk = (chunk + kDecodeSplitGranule - 1) / kDecodeSplitGranule * kDecodeSplitGranule;
+    size_t pick = 0;
+    while (efficiency[pick] < 0.9 * best) ++pick;
+    chunk = chunk_granules[pick] * kDecodeSplitGranule;
   }
 
   DecodeSplitPlan plan;

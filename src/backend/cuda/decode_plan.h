@@ -21,7 +21,7 @@ struct DecodePlanInputs {
   int64_t num_kv_heads = 0;
   int64_t group_chunks = 1;   // ceil(query heads per KV head / 8)
   int64_t num_sms = 132;      // cudaDevAttrMultiProcessorCount of the device
-  int64_t blocks_per_sm = 2;  // thread blocks resident per SM that the plan aims to fill
+  int64_t blocks_per_sm = 4;  // thread blocks resident per SM (decode_blocks_per_sm for the format)
   int64_t min_chunk_tokens = 256;  // never split finer than this (each item must amortize its merge)
   int64_t force_chunk_tokens = 0;  // > 0: use this chunk size (a multiple of the granule); tests
 };

@@ -32,7 +32,7 @@ using test::DeviceBuffer;
 double tolerance(KvDtype dtype) {
   switch (dtype) {
     case KvDtype::kF32: return 5e-5;   // f32 values, f32 accumulation over up to 128K tokens
-    case KvDtype::kBF16: return 5e-5;  // bf16 values are exact in f32
+    case KvDtype::kBF16: return 1e-4;  // tensor cores: q and p as bf16 hi+lo pairs (~16 significant bits)
     case KvDtype::kFP8: return 1e-4;   // unit values e4m3 exact; g folded into q / output
     case KvDtype::kNVFP4: return 1e-4; // e2m1 · e4m3 exact in f32; g folded as for fp8
     case KvDtype::kK8V4: return 1e-4;
@@ -88,7 +88,9 @@ void run_and_compare(const RunSpec& r) {
   const auto pt = test::make_page_tables(r.seq_lens, r.page_size, rng);
 
   // Pages: quantized random K/V; the oracle keeps the dequantized values [seq][head][t][d].
-  std::vector<uint8_t> pool(pt.num_pages * layout.page_bytes(), 0);
+  // Slots no token was written to hold 0xFF bytes (NaN in every format): a kernel that lets a byte past
+  // a sequence's end (data or an nvfp4 scale sharing a 16-byte piece) into its result fails.
+  std::vector<uint8_t> pool(pt.num_pages * layout.page_bytes(), 0xFF);
   std::vector<std::vector<float>> k_hat(num_seqs * r.kv_heads), v_hat(num_seqs * r.kv_heads);
   double v_max = 0;
   std::vector<float> x(d);

@@ -97,8 +97,10 @@ TEST(Planner, SeedWorkedExampleOnAnH200) {
 TEST(Planner, DenseModelWithEstimatedWeights) {
   PlanInput in{
       .model = config::load_model_config(std::filesystem::path(NIBBLE_SOURCE_DIR) / "tests/data/configs/llama-3-8b.json"),
+      .model_source = "llama-3-8b.json",
       .gpu_memory_bytes = 80'000'000'000,
       .mem_fraction = 0.9,
+      .weights_bytes = std::nullopt,  // estimated from the config
       .context_tokens = 8192,
       .page_size = 16,
       .kv_dtypes = {KvDtype::kFP8, KvDtype::kNVFP4},

@@ -1,0 +1,565 @@
+#pragma once
+// Tensor-core paged decode attention (bf16, fp8, nvfp4, k8v4 caches; f32 uses the CUDA-core kernel
+// in decode_attention.cuh). Host entry point: decode_attention.h.
+//
+// Work decomposition: one block (4 warps) = one work item of the split plan × one KV head × up to 8
+// query heads of its GQA group. Each warp streams its own 16-token chunks of the item (chunks w,
+// w+4, ...) through a private ring of cp.async stages (tc_geometry: 2..8 stages), so there is no
+// block barrier in the main loop; the warps' (m, l, O) are merged once at the end.
+//
+// Per 16-token chunk, one warp:
+//   QK  mma.sync m16n8k16, A = Q (rows 0-7 = the 8 heads' high halves, rows 8-15 = their low
+//       halves: q = hi + lo in f16/bf16 gives ~22/16 significant bits at no extra MMA cost),
+//       B = K^T (8 tokens per n-tile, 2 n-tiles). K is decoded from shared memory straight into B
+//       fragments: bf16 as is, fp8 by the hardware e4m3x2 -> f16x2 convert, nvfp4 by integer bit
+//       placement (e2m1_decode.h) times the block scale in f16. The reduction order of head_dim
+//       inside a k-step is free, so every thread reads whole 16-byte pieces of its token's row and
+//       Q's fragments are permuted the same way (k_dim()).
+//   softmax  online, in registers (a quad of lanes holds one head's 16 scores), exp2 domain.
+//   PV  A = P (hi/lo again, straight from the QK accumulators), B = V (16 tokens × 8 dims per
+//       n-tile): token pairs at one dim are built with byte permutes, then converted as for K.
+// Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is f32 accumulation.
+//
+// Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments),
+// m/l [4 warps][8] f32 each, then work: the stages [4 warps][stages][stage] — aliased by q staging
+// [8][head_dim] f32 in the prologue and by the reduction [4 warps][8][head_dim] f32 in the epilogue.
+// A stage = K data [16][kKRow] | K scales [16][kKScaleRow] | V data [16][kVRow] | V scales [16][..];
+// data regions are XOR-swizzled in 16-byte pieces within 128-byte lines (k_swz / v_swz) so the
+// fragment reads are free of bank conflicts.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "backend/cuda/decode_attention.cuh"  // cp.async helpers, hadamard_rows_smem
+#include "backend/cuda/decode_kernel_args.h"
+
+namespace nibble::cuda::detail {
+
+using quant::ElemFormat;
+
+template <ElemFormat KF, ElemFormat VF, int kHeadDim>
+struct TcTraits {
+  static constexpr int kKRow = static_cast<int>(quant::data_bytes(KF, kHeadDim));
+  static constexpr int kKScaleRow = static_cast<int>(quant::scale_bytes(KF, kHeadDim));
+  static constexpr int kVRow = static_cast<int>(quant::data_bytes(VF, kHeadDim));
+  static constexpr int kVScaleRow = static_cast<int>(quant::scale_bytes(VF, kHeadDim));
+  static constexpr int kKBytes = kTcChunk * kKRow;
+  static constexpr int kKScaleBytes = kTcChunk * kKScaleRow;
+  static constexpr int kVBytes = kTcChunk * kVRow;
+  static constexpr int kVScaleBytes = kTcChunk * kVScaleRow;
+  static constexpr TcGeometry kGeo = tc_geometry(KF, VF, kHeadDim);
+  static constexpr int kStageBytes = kGeo.stage_bytes;
+  static constexpr int kStages = kGeo.stages;
+  static constexpr int kSmemBytes = kGeo.smem_bytes;
+  static constexpr int kMinBlocks = kGeo.blocks_per_sm;
+  static constexpr int kKSteps = kHeadDim / 16;  // QK k-steps
+  static constexpr int kKRegs = kHeadDim / 8;    // B registers of one token's K (2 per k-step)
+  static constexpr int kNTiles = kHeadDim / 8;   // PV n-tiles (8 dims each)
+  static constexpr int kQFragBytes = kKSteps * 32 * 16;
+  static constexpr bool kQkBf16 = KF == ElemFormat::kBF16;
+  static constexpr bool kPvBf16 = VF == ElemFormat::kBF16;
+  // Stored unit values are scaled into f16 by these powers of two (nvfp4: unit · 2^-8).
+  static constexpr float kKUnitMult = KF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
+  static constexpr float kVUnitMult = VF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim must be 64, 128 or 256");
+  static_assert(kStageBytes == kKBytes + kKScaleBytes + kVBytes + kVScaleBytes, "stage layout");
+  static_assert(kKScaleBytes % 16 == 0 && kVScaleBytes % 16 == 0, "regions are whole 16-byte pieces");
+};
+
+// ---- swizzles: logical byte offset inside a data region -> physical offset ---------------------------
+// K reads: thread (g, c) reads 16-byte pieces 4j + c of row g; rows g, g+1 share a phase, so rows of
+// >= 128 bytes flip piece bit 2 on odd rows.
+template <int kRow>
+__device__ __forceinline__ int k_swz(int b) {
+  if constexpr (kRow >= 128) {
+    return b ^ (((b / kRow) & 1) << 6);
+  } else {
+    return b;
+  }
+}
+// V reads: thread (g, c) reads dims [g·D/8, (g+1)·D/8) of rows 2c (+1, +8, +9): rows 2 apart share a
+// phase, so the XOR depends on (row >> 1) & 3, spread around the piece bit that separates g, g+1.
+template <int kRow>
+__device__ __forceinline__ int v_swz(int b) {
+  int f;
+  if constexpr (kRow >= 128) {
+    constexpr int kPiecesPerG = kRow / 128;
+    constexpr int kBit = kPiecesPerG == 1 ? 0 : (kPiecesPerG == 2 ? 1 : 2);
+    const int t = ((b / kRow) >> 1) & 3;
+    f = (t & ((1 << kBit) - 1)) | ((t >> kBit) << (kBit + 1));
+  } else if constexpr (kRow == 64) {
+    f = 2 * ((b >> 7) & 3);
+  } else {
+    f = 2 * ((b >> 7) & 1);
+  }
+  return b ^ (f << 4);
+}
+
+__device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* global_src, int src_bytes) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(src_bytes));
+}
+
+// Copies one region of a 16-token chunk (rows contiguous in the page) into a stage, one warp.
+// kSwz: 0 none (scales), 1 K, 2 V. Data rows of tokens past n_valid are zero-filled; a scale piece
+// is copied when its first token is valid (its other slots lie in the same page).
+template <int kRow, int kSwz>
+__device__ __forceinline__ void copy_region(uint8_t* dst, const uint8_t* src, int n_valid, int lane) {
+  constexpr int kPieces = kTcChunk * kRow / 16;
+#pragma unroll
+  for (int p = lane; p < kPieces; p += 32) {
+    const int b = p * 16;
+    const int phys = kSwz == 1 ? k_swz<kRow>(b) : (kSwz == 2 ? v_swz<kRow>(b) : b);
+    cp_async16_zfill(dst + phys, src + b, b / kRow < n_valid ? 16 : 0);
+  }
+}
+
+// ---- K: head_dim position of half h of B register r of thread column c ---------------------------
+template <ElemFormat KF, int kHeadDim>
+__device__ __forceinline__ int k_dim(int c, int r, int h) {
+  if constexpr (KF == ElemFormat::kBF16) {
+    return 8 * (4 * (r / 4) + c) + 2 * (r % 4) + h;
+  } else if constexpr (KF == ElemFormat::kFP8) {
+    return 16 * (4 * (r / 8) + c) + 4 * ((r % 8) / 2) + 2 * (r % 2) + h;
+  } else {  // kNVFP4: 8-byte units of 16 dims (one block), two words each
+    const int i = r / 8;
+    const int unit = kHeadDim == 64 ? c : 8 * (i / 2) + 2 * c + (i % 2);
+    return 16 * unit + 8 * ((r % 8) / 4) + (r % 4) + 4 * h;
+  }
+}
+
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair16) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair16 & 0xFFFFu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+// e4m3 block scale -> f16 (s · 64), duplicated in both halves; 0 when !valid.
+__device__ __forceinline__ uint32_t nvfp4_scale_f16x2(uint8_t code, bool valid) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  const __half s = __hmul(*reinterpret_cast<const __half*>(&h), __float2half(64.0f));
+  const uint32_t bits = valid ? static_cast<uint32_t>(__half_as_ushort(s)) : 0u;
+  return bits | (bits << 16);
+}
+
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// The 4 nibble pairs (positions p, p+16 for p = 0, 4, 8, 12) of x -> f16x2 patterns of E2M1 · 2^-14.
+template <int kP>
+__device__ __forceinline__ uint32_t e2m1_pair_at(uint32_t x) {
+  const uint32_t sign = (x << (12 - kP)) & 0x80008000u;
+  if constexpr (kP <= 9) {
+    return sign | ((x << (9 - kP)) & 0x0E000E00u);
+  } else {
+    return sign | ((x >> (kP - 9)) & 0x0E000E00u);
+  }
+}
+
+// Token `row` of the chunk: its K as B registers kb[kHeadDim/8] (f16 or bf16 pairs).
+template <ElemFormat KF, int kHeadDim>
+__device__ __forceinline__ void load_k_regs(const uint8_t* k_data, const uint8_t* k_scales, int row, int c,
+                                            uint32_t (&kb)[kHeadDim / 8]) {
+  constexpr int kRow = static_cast<int>(quant::data_bytes(KF, kHeadDim));
+  if constexpr (KF == ElemFormat::kBF16) {
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 32; ++j) {
+      const uint4 w = *reinterpret_cast<const uint4*>(k_data + k_swz<kRow>(row * kRow + 16 * (4 * j + c)));
+      kb[4 * j + 0] = w.x, kb[4 * j + 1] = w.y, kb[4 * j + 2] = w.z, kb[4 * j + 3] = w.w;
+    }
+  } else if constexpr (KF == ElemFormat::kFP8) {
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 64; ++j) {
+      const uint4 w = *reinterpret_cast<const uint4*>(k_data + k_swz<kRow>(row * kRow + 16 * (4 * j + c)));
+      const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        kb[8 * j + 2 * q] = e4m3x2_to_f16x2(words[q]);
+        kb[8 * j + 2 * q + 1] = e4m3x2_to_f16x2(words[q] >> 16);
+      }
+    }
+  } else {  // kNVFP4
+    constexpr int kScaleRow = kHeadDim / 16;
+    constexpr int kUnits = kHeadDim / 64;  // 8-byte units (blocks) per thread
+    uint32_t words[2 * kUnits];
+    if constexpr (kHeadDim == 64) {
+      const uint2 w = *reinterpret_cast<const uint2*>(k_data + k_swz<kRow>(row * kRow + 8 * c));
+      words[0] = w.x, words[1] = w.y;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kUnits / 2; ++j) {
+        const uint4 w = *reinterpret_cast<const uint4*>(k_data + k_swz<kRow>(row * kRow + 64 * j + 16 * c));
+        words[4 * j] = w.x, words[4 * j + 1] = w.y, words[4 * j + 2] = w.z, words[4 * j + 3] = w.w;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) {
+      const int unit = kHeadDim == 64 ? c : 8 * (i / 2) + 2 * c + (i % 2);
+      const uint32_t s = nvfp4_scale_f16x2(k_scales[row * kScaleRow + unit], true);
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        const uint32_t x = words[2 * i + w];
+        kb[8 * i + 4 * w + 0] = hmul2_bits(e2m1_pair_at<0>(x), s);
+        kb[8 * i + 4 * w + 1] = hmul2_bits(e2m1_pair_at<4>(x), s);
+        kb[8 * i + 4 * w + 2] = hmul2_bits(e2m1_pair_at<8>(x), s);
+        kb[8 * i + 4 * w + 3] = hmul2_bits(e2m1_pair_at<12>(x), s);
+      }
+    }
+  }
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats -> (hi, lo) packed pairs, hi = round(x), lo = round(x - hi); low half = first value.
+template <bool kBf16>
+__device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint32_t& lo) {
+  if constexpr (kBf16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(x - __low2float(h), y - __high2float(h));
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+  } else {
+    const __half2 h = __floats2half2_rn(x, y);
+    const __half2 l = __floats2half2_rn(x - __low2float(h), y - __high2float(h));
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+  }
+}
+
+// PV for one chunk: o[nt] += P · V over the 16 tokens; thread (g, c) supplies tokens 2c, 2c+1,
+// 2c+8, 2c+9 at dims g·D/8 + nt.
+template <ElemFormat VF, int kHeadDim>
+__device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v_scales, int g, int c, int n_valid,
+                                         const uint4& pa, float (&o)[kHeadDim / 8][4]) {
+  constexpr int kRow = static_cast<int>(quant::data_bytes(VF, kHeadDim));
+  constexpr int kGBytes = kRow / 8;  // bytes of one thread's dims in a row
+  constexpr bool kBf16 = VF == ElemFormat::kBF16;
+  const int rows[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+  if constexpr (VF == ElemFormat::kBF16) {
+#pragma unroll
+    for (int s = 0; s < kGBytes / 16; ++s) {
+      uint4 w[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        w[r] = *reinterpret_cast<const uint4*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes + 16 * s));
+      const uint32_t a0[4] = {w[0].x, w[0].y, w[0].z, w[0].w}, a1[4] = {w[1].x, w[1].y, w[1].z, w[1].w};
+      const uint32_t a2[4] = {w[2].x, w[2].y, w[2].z, w[2].w}, a3[4] = {w[3].x, w[3].y, w[3].z, w[3].w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        mma16816<kBf16>(o[8 * s + 2 * q], pa, __byte_perm(a0[q], a1[q], 0x5410), __byte_perm(a2[q], a3[q], 0x5410));
+        mma16816<kBf16>(o[8 * s + 2 * q + 1], pa, __byte_perm(a0[q], a1[q], 0x7632),
+                        __byte_perm(a2[q], a3[q], 0x7632));
+      }
+    }
+  } else if constexpr (VF == ElemFormat::kFP8) {
+    constexpr int kWords = kGBytes / 4;
+    uint32_t w[4][kWords];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if constexpr (kWords == 2) {
+        const uint2 x = *reinterpret_cast<const uint2*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+        w[r][0] = x.x, w[r][1] = x.y;
+      } else {
+#pragma unroll
+        for (int s = 0; s < kWords / 4; ++s) {
+          const uint4 x = *reinterpret_cast<const uint4*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes + 16 * s));
+          w[r][4 * s] = x.x, w[r][4 * s + 1] = x.y, w[r][4 * s + 2] = x.z, w[r][4 * s + 3] = x.w;
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kWords; ++q) {
+#pragma unroll
+      for (int k = 0; k < 4; k += 2) {
+        // bytes [r0.k, r1.k, r0.k+1, r1.k+1]: low half = dim 4q+k, high half = dim 4q+k+1
+        const uint32_t sel = k | ((k + 4) << 4) | ((k + 1) << 8) | ((k + 5) << 12);
+        const uint32_t p01 = __byte_perm(w[0][q], w[1][q], sel);
+        const uint32_t p23 = __byte_perm(w[2][q], w[3][q], sel);
+        mma16816<false>(o[4 * q + k], pa, e4m3x2_to_f16x2(p01), e4m3x2_to_f16x2(p23));
+        mma16816<false>(o[4 * q + k + 1], pa, e4m3x2_to_f16x2(p01 >> 16), e4m3x2_to_f16x2(p23 >> 16));
+      }
+    }
+  } else {  // kNVFP4
+    constexpr int kWords = kGBytes / 4;  // 8 dims per word
+    constexpr int kScaleRow = kHeadDim / 16;
+    uint32_t w[4][kWords];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if constexpr (kWords == 1) {
+        w[r][0] = *reinterpret_cast<const uint32_t*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+      } else if constexpr (kWords == 2) {
+        const uint2 x = *reinterpret_cast<const uint2*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+        w[r][0] = x.x, w[r][1] = x.y;
+      } else {
+        const uint4 x = *reinterpret_cast<const uint4*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+        w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kWords; ++q) {
+      const int block = (g * (kHeadDim / 8) + 8 * q) / 16;
+      const uint32_t s0 = nvfp4_scale_f16x2(v_scales[rows[0] * kScaleRow + block], rows[0] < n_valid);
+      const uint32_t s1 = nvfp4_scale_f16x2(v_scales[rows[1] * kScaleRow + block], rows[1] < n_valid);
+      const uint32_t s2 = nvfp4_scale_f16x2(v_scales[rows[2] * kScaleRow + block], rows[2] < n_valid);
+      const uint32_t s3 = nvfp4_scale_f16x2(v_scales[rows[3] * kScaleRow + block], rows[3] < n_valid);
+      const uint32_t s01 = __byte_perm(s0, s1, 0x5410), s23 = __byte_perm(s2, s3, 0x5410);
+#pragma unroll
+      for (int j = 0; j < 4; j += 2) {
+        const uint32_t sel = j | ((j + 1) << 4) | ((j + 4) << 8) | ((j + 5) << 12);
+        const uint32_t x01 = __byte_perm(w[0][q], w[1][q], sel);  // nibble pairs (r0, r1) at dims 8q+2j..+3
+        const uint32_t x23 = __byte_perm(w[2][q], w[3][q], sel);
+        const int nt = 8 * q + 2 * j;
+        mma16816<false>(o[nt + 0], pa, hmul2_bits(e2m1_pair_at<0>(x01), s01), hmul2_bits(e2m1_pair_at<0>(x23), s23));
+        mma16816<false>(o[nt + 1], pa, hmul2_bits(e2m1_pair_at<4>(x01), s01), hmul2_bits(e2m1_pair_at<4>(x23), s23));
+        mma16816<false>(o[nt + 2], pa, hmul2_bits(e2m1_pair_at<8>(x01), s01), hmul2_bits(e2m1_pair_at<8>(x23), s23));
+        mma16816<false>(o[nt + 3], pa, hmul2_bits(e2m1_pair_at<12>(x01), s01),
+                        hmul2_bits(e2m1_pair_at<12>(x23), s23));
+      }
+    }
+  }
+}
+
+template <ElemFormat KF, ElemFormat VF, int kHeadDim>
+__global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBlocks)
+    decode_attention_tc_kernel(DecodeKernelArgs a) {
+  using T = TcTraits<KF, VF, kHeadDim>;
+  constexpr int D = kHeadDim;
+  extern __shared__ uint4 smem_u4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
+  uint4* qfrag = smem_u4;                                            // [kKSteps][32]
+  float* m_w = reinterpret_cast<float*>(smem + T::kQFragBytes);      // [kTcWarps][8]
+  float* l_w = m_w + kTcWarps * 8;                                   // [kTcWarps][8]
+  uint8_t* work = smem + T::kQFragBytes + 2 * kTcWarps * 8 * 4;      // stages | q staging | reduction
+  float* q_s = reinterpret_cast<float*>(work);                       // [8][D] prologue only
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, c = lane % 4;
+  const int item = blockIdx.x;
+  const int kv_head = blockIdx.y / a.group_chunks;
+  const int chunk_of_group = blockIdx.y % a.group_chunks;
+  const int seq = a.work_seq[item];
+  const int begin = a.work_begin[item];
+  const int end = a.work_end[item];
+  const int n_items = a.seq_work_offset[seq + 1] - a.seq_work_offset[seq];
+  const int q_head0 = kv_head * a.group + chunk_of_group * kMaxGroupPerBlock;
+  const int n_heads = min(kMaxGroupPerBlock, a.group - chunk_of_group * kMaxGroupPerBlock);
+  const int32_t* page_table = a.page_tables + static_cast<int64_t>(seq) * a.max_pages_per_seq;
+
+  // ---- prologue: q -> f32 staging (rotated, scaled), then hi/lo A fragments ----------------------------
+  const float q_mult = a.q_multiplier * T::kKUnitMult;
+  for (int i = tid; i < 8 * D; i += kTcThreads) {
+    const int h = i / D, d = i % D;
+    float x = 0.0f;
+    if (h < n_heads) {
+      const int64_t at = (static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d;
+      x = a.q_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.q)[at]) : static_cast<const float*>(a.q)[at];
+    }
+    q_s[i] = x;
+  }
+  __syncthreads();
+  if (a.rotate) hadamard_rows_smem(q_s, 8, D);
+  float amax = 0.0f;
+  for (int i = tid; i < 8 * D; i += kTcThreads) {
+    const float x = q_s[i] * q_mult;
+    q_s[i] = x;
+    amax = fmaxf(amax, fabsf(x));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+  if (lane == 0) m_w[warp] = amax;
+  __syncthreads();
+  amax = fmaxf(fmaxf(m_w[0], m_w[1]), fmaxf(m_w[2], m_w[3]));
+  // f16 Q: scale by 2^e so that |q| < 2^14 (no overflow, low halves stay normal); bf16 needs none.
+  int e = 0;
+  if (!T::kQkBf16 && amax > 0.0f && isfinite(amax)) {
+    int x_exp;
+    frexpf(amax, &x_exp);
+    e = 14 - x_exp;
+  }
+  const float q_pow = ldexpf(1.0f, e), score_mult = ldexpf(1.0f, -e);
+  for (int ks = warp; ks < T::kKSteps; ks += kTcWarps) {
+    uint32_t r[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int reg = 2 * ks + half;
+      const float x0 = q_s[g * D + k_dim<KF, D>(c, reg, 0)] * q_pow;
+      const float x1 = q_s[g * D + k_dim<KF, D>(c, reg, 1)] * q_pow;
+      split_pair<T::kQkBf16>(x0, x1, r[2 * half], r[2 * half + 1]);  // rows g (hi) and g+8 (lo)
+    }
+    qfrag[ks * 32 + lane] = make_uint4(r[0], r[1], r[2], r[3]);
+  }
+  __syncthreads();  // qfrag ready; q staging is dead, the stages may be written
+
+  // ---- main loop: this warp's chunks w, w+4, ... through its ring of stages ---------------------------
+  const int n_chunks = (end - begin + kTcChunk - 1) / kTcChunk;
+  const int n_local = n_chunks > warp ? (n_chunks - warp + kTcWarps - 1) / kTcWarps : 0;
+  uint8_t* ring = work + warp * T::kStages * T::kStageBytes;
+  const cache::KvPartLayout& KL = a.k_layout;
+  const cache::KvPartLayout& VL = a.v_layout;
+
+  auto issue = [&](int local, int slot) {
+    const int tok0 = begin + (warp + kTcWarps * local) * kTcChunk;
+    const int n_valid = min(kTcChunk, end - tok0);
+    const int64_t page = page_table[tok0 / KL.page_size];
+    const int64_t slot0 = tok0 % KL.page_size;
+    const uint8_t* page_base = a.pool + page * a.page_bytes;
+    uint8_t* st = ring + slot * T::kStageBytes;
+    copy_region<T::kKRow, 1>(st, page_base + KL.data_at(kv_head, slot0), n_valid, lane);
+    if constexpr (T::kKScaleRow > 0)
+      copy_region<T::kKScaleRow, 0>(st + T::kKBytes, page_base + KL.scales_at(kv_head, slot0), n_valid, lane);
+    st += T::kKBytes + T::kKScaleBytes;
+    copy_region<T::kVRow, 2>(st, page_base + VL.data_at(kv_head, slot0), n_valid, lane);
+    if constexpr (T::kVScaleRow > 0)
+      copy_region<T::kVScaleRow, 0>(st + T::kVBytes, page_base + VL.scales_at(kv_head, slot0), n_valid, lane);
+  };
+
+#pragma unroll
+  for (int s = 0; s < T::kStages - 1; ++s) {
+    if (s < n_local) issue(s, s);
+    cp_async_commit();
+  }
+
+  float o[T::kNTiles][4];
+#pragma unroll
+  for (int nt = 0; nt < T::kNTiles; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+  float m_run = -INFINITY, l_run = 0.0f;
+
+  for (int i = 0; i < n_local; ++i) {
+    const int ahead = i + T::kStages - 1;
+    if (ahead < n_local) issue(ahead, ahead % T::kStages);
+    cp_async_commit();
+    cp_async_wait<T::kStages - 1>();
+    __syncwarp();
+
+    const uint8_t* st = ring + (i % T::kStages) * T::kStageBytes;
+    const uint8_t* k_data = st;
+    const uint8_t* k_scales = st + T::kKBytes;
+    const uint8_t* v_data = k_scales + T::kKScaleBytes;
+    const uint8_t* v_scales = v_data + T::kVBytes;
+    const int n_valid = min(kTcChunk, end - (begin + (warp + kTcWarps * i) * kTcChunk));
+
+    // QK: two n-tiles of 8 tokens; acc[t][0..1] = hi rows, [2..3] = lo rows of head g.
+    float acc[2][4];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      uint32_t kb[T::kKRegs];
+      load_k_regs<KF, D>(k_data, k_scales, 8 * t + g, c, kb);
+      acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < T::kKSteps; ++ks) mma16816<T::kQkBf16>(acc[t], qfrag[ks * 32 + lane], kb[2 * ks], kb[2 * ks + 1]);
+    }
+    // Scores of head g at tokens 2c, 2c+1 (tile 0) and 8+2c, 9+2c (tile 1), log2 domain.
+    float s[4];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int tok = 8 * t + 2 * c + j;
+        s[2 * t + j] = tok < n_valid ? (acc[t][j] + acc[t][j + 2]) * score_mult : -INFINITY;
+      }
+    }
+    float mx = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    const float m_new = fmaxf(m_run, mx);  // finite: token 0 of the chunk is valid
+    const float alpha = exp2f(m_run - m_new);
+    float p[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) p[j] = exp2f(s[j] - m_new);
+    l_run = l_run * alpha + (p[0] + p[1] + p[2] + p[3]);
+    m_run = m_new;
+    if (__any_sync(0xFFFFFFFFu, alpha != 1.0f)) {
+#pragma unroll
+      for (int nt = 0; nt < T::kNTiles; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o[nt][j] *= alpha;
+      }
+    }
+    uint4 pa;
+    split_pair<T::kPvBf16>(p[0], p[1], pa.x, pa.y);  // k = tokens 2c, 2c+1: rows g (hi), g+8 (lo)
+    split_pair<T::kPvBf16>(p[2], p[3], pa.z, pa.w);  // k = tokens 8+2c, 9+2c
+    pv_chunk<VF, D>(v_data, v_scales, g, c, n_valid, pa, o);
+    __syncwarp();  // the next issue overwrites this stage
+  }
+  cp_async_wait<0>();
+
+  // ---- epilogue: merge the 4 warps' (m, l, O) ---------------------------------------------------------
+  l_run += __shfl_xor_sync(0xFFFFFFFFu, l_run, 1);
+  l_run += __shfl_xor_sync(0xFFFFFFFFu, l_run, 2);
+  if (c == 0) {
+    m_w[warp * 8 + g] = m_run;
+    l_w[warp * 8 + g] = l_run;
+  }
+  __syncthreads();  // every warp is done with its stages: the reduction may overwrite them
+  auto merged = [&](int h, float& m_all, float& l_all) {
+    m_all = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) m_all = fmaxf(m_all, m_w[w * 8 + h]);
+    l_all = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      const float mw = m_w[w * 8 + h];
+      l_all += mw == -INFINITY ? 0.0f : l_w[w * 8 + h] * exp2f(mw - m_all);
+    }
+  };
+  float* red = reinterpret_cast<float*>(work);  // [kTcWarps][8][D]
+  {
+    float m_all, l_all;
+    merged(g, m_all, l_all);
+    const float sc = m_run == -INFINITY ? 0.0f : exp2f(m_run - m_all);
+    float* dst = red + (warp * 8 + g) * D;
+#pragma unroll
+    for (int nt = 0; nt < T::kNTiles; ++nt) {
+      dst[(2 * c) * (D / 8) + nt] = (o[nt][0] + o[nt][2]) * sc;
+      dst[(2 * c + 1) * (D / 8) + nt] = (o[nt][1] + o[nt][3]) * sc;
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < 8 * D; i += kTcThreads) {
+    const int h = i / D;
+    float m_all, l_all;
+    merged(h, m_all, l_all);
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) sum += red[w * 8 * D + i];
+    red[i] = sum / l_all * T::kVUnitMult;  // each i is read and written by one thread only
+  }
+  __syncthreads();
+
+  if (n_items == 1) {
+    if (a.rotate) hadamard_rows_smem(red, 8, D);
+    const float out_mult = a.v_global_scale * (a.rotate ? rsqrtf(static_cast<float>(D)) : 1.0f);
+    for (int i = tid; i < n_heads * D; i += kTcThreads) {
+      const int h = i / D, d = i % D;
+      a.out[(static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d] = red[i] * out_mult;
+    }
+  } else {
+    for (int i = tid; i < n_heads * D; i += kTcThreads) {
+      const int h = i / D, d = i % D;
+      a.partial_out[(static_cast<int64_t>(item) * a.num_q_heads + q_head0 + h) * D + d] = red[i];
+    }
+    if (tid < n_heads) {
+      float m_all, l_all;
+      merged(tid, m_all, l_all);
+      a.partial_lse[static_cast<int64_t>(item) * a.num_q_heads + q_head0 + tid] = m_all + log2f(l_all);
+    }
+  }
+}
+
+}  // namespace nibble::cuda::detail

@@ -1,0 +1,88 @@
+#pragma once
+// What one benchmark run measured, the verdict on what limited it, and its JSON and table forms.
+//
+// The verdict, decided in this order (decide_verdict):
+//   capacity-limited  the server's /metrics showed waiting > 0 while the client had requests in flight:
+//                     the server held requests it could not run (KV pool or running cap full), so the
+//                     throughput is the server's capacity at this load.
+//   server-limited    no queue in /metrics, but on average >= 1 request the client had in flight was
+//                     neither running nor waiting in the server: it sat outside the scheduler (HTTP
+//                     accept queue, too few handler threads), a limit of the server that its metrics hide.
+//   client-limited    the peak of the client's in-flight requests reached the concurrency cap (the
+//                     requested --max-concurrency, or the client's thread limit) and the server never
+//                     queued: the run measured the cap, not the server ("requested 70, achieved 70").
+//                     Without /metrics the server's queue is unknown; the reason says so.
+//   rate-limited      the cap was never reached and arrivals were paced (--request-rate, think time):
+//                     the offered load set the numbers and the server kept up.
+//   workload-limited  none of the above: every request was in flight without reaching the cap (fewer
+//                     requests than the cap, all sent at once).
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/load_runner.h"
+#include "bench/stats.h"
+
+namespace nibble::bench {
+
+enum class Verdict { kCapacityLimited, kServerLimited, kClientLimited, kRateLimited, kWorkloadLimited };
+std::string_view verdict_name(Verdict v);
+
+struct VerdictInputs {
+  int concurrency_cap = 0;           // the in-flight cap in force (0: none)
+  int peak_in_flight = 0;            // from the client's timeline
+  bool paced_arrivals = false;       // finite request rate or think time > 0
+  bool metrics_found = false;
+  double max_waiting_while_busy = 0;  // max server "waiting" over samples with client requests in flight
+  double mean_unaccounted = 0;       // mean over samples of client in flight - server running - waiting
+};
+
+struct VerdictResult {
+  Verdict verdict;
+  std::string reason;  // one sentence with the numbers behind it
+};
+VerdictResult decide_verdict(const VerdictInputs& in);
+
+// What was asked, echoed into the report.
+struct RunDescription {
+  std::string label;
+  std::string base_url, model, endpoint, workload;
+  int requested_concurrency = 0;  // 0: no cap
+  double request_rate = 0;        // inf: all at once
+  double think_time_s = 0;
+  int num_gpus = 1;
+  std::string command;            // the command line that produced the run
+};
+
+struct RunSummary {
+  RunDescription run;
+  size_t completed = 0, failed = 0, not_sent = 0;
+  std::vector<std::string> first_errors;  // up to 3
+  size_t without_usage = 0;               // completed requests whose stream had no usage chunk
+  double duration_s = 0;                  // first request start to last request end
+  double request_throughput = 0;          // completed requests / s
+  double input_tokens_per_s = 0, output_tokens_per_s = 0;
+  double output_tokens_per_s_per_gpu = 0;
+  double output_tokens_per_s_per_user = 0;  // 1000 / mean TPOT (ms): one stream's decode speed
+  int64_t prompt_tokens = 0, output_tokens = 0, cached_tokens = 0;
+  double prefix_cache_hit_rate = 0;       // cached_tokens / prompt_tokens
+  Distribution ttft_ms, tpot_ms, itl_ms, e2e_ms;
+  int request_slots = 0;
+  ConcurrencyStats achieved;              // client's timeline over [first start, last end]
+  bool metrics_found = false;
+  size_t metrics_samples = 0;
+  double server_running_max = 0, server_running_mean = 0, server_waiting_max = 0, server_waiting_mean = 0;
+  VerdictInputs verdict_inputs;
+  VerdictResult verdict;
+};
+
+// TTFT: first chunk with text - request start. ITL: gaps between consecutive text chunks (a chunk may
+// carry several tokens). TPOT: (end - first chunk) / (output tokens - 1), for requests with >= 2
+// output tokens. E2E: end - start. Failed requests count only in `failed`.
+RunSummary summarize_run(const RunDescription& run, const LoadResult& load);
+
+nlohmann::json to_json(const RunSummary& s);
+std::string format_table(const RunSummary& s);
+
+}  // namespace nibble::bench

@@ -1,0 +1,66 @@
+#include "bench/server_metrics.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <string>
+
+namespace nibble::bench {
+namespace {
+
+constexpr std::array<std::string_view, 4> kRunningNames = {"nibble:num_requests_running", "nibble_num_requests_running",
+                                                           "vllm:num_requests_running", "sglang:num_running_reqs"};
+constexpr std::array<std::string_view, 4> kWaitingNames = {"nibble:num_requests_waiting", "nibble_num_requests_waiting",
+                                                           "vllm:num_requests_waiting", "sglang:num_queue_reqs"};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<double> first_found(const std::map<std::string, double, std::less<>>& sums,
+                                  const std::array<std::string_view, 4>& names) {
+  for (std::string_view name : names) {
+    if (auto it = sums.find(name); it != sums.end()) return it->second;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ServerLoad parse_server_load(std::string_view text) {
+  std::map<std::string, double, std::less<>> sums;  // metric name -> sum over its label sets
+  while (!text.empty()) {
+    const size_t eol = text.find('\n');
+    std::string_view line = trim(text.substr(0, eol));
+    text = eol == std::string_view::npos ? std::string_view{} : text.substr(eol + 1);
+    if (line.empty() || line.front() == '#') continue;
+    size_t name_end = line.find_first_of("{ \t");
+    if (name_end == std::string_view::npos) continue;
+    const std::string_view name = line.substr(0, name_end);
+    std::string_view rest = line.substr(name_end);
+    if (rest.front() == '{') {
+      // Label values are quoted and may contain '}' or escaped quotes: skip to the closing brace outside quotes.
+      bool in_quotes = false;
+      size_t i = 1;
+      for (; i < rest.size(); ++i) {
+        if (in_quotes && rest[i] == '\\') ++i;
+        else if (rest[i] == '"') in_quotes = !in_quotes;
+        else if (!in_quotes && rest[i] == '}') break;
+      }
+      if (i >= rest.size()) continue;
+      rest = rest.substr(i + 1);
+    }
+    rest = trim(rest);
+    const std::string_view number = rest.substr(0, rest.find_first_of(" \t"));
+    double value = 0;
+    const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+    if (ec != std::errc() || ptr != number.data() + number.size() || !std::isfinite(value)) continue;
+    sums[std::string(name)] += value;
+  }
+  return {.running = first_found(sums, kRunningNames), .waiting = first_found(sums, kWaitingNames)};
+}
+
+}  // namespace nibble::bench

@@ -1,0 +1,414 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "backend/step_plan.h"
+#include "cache/kv_pool.h"
+#include "cache/radix_cache.h"
+#include "engine/stop_matcher.h"
+#include "runtime/forward_step.h"
+#include "scheduler/scheduler.h"
+
+namespace nibble::engine {
+
+using Clock = std::chrono::steady_clock;
+
+struct Engine::Core {
+  Core(cache::KvPool kv_pool, const EngineOptions& options)
+      : pool(std::move(kv_pool)),
+        cache(pool.allocator(), {.page_size = options.page_size, .enabled = options.prefix_cache}),
+        scheduler(pool.allocator(), cache,
+                  {.max_batch_tokens = options.max_batch_tokens, .max_running = options.max_running}) {}
+  cache::KvPool pool;
+  cache::RadixCache cache;  // on pool's allocator
+  scheduler::Scheduler scheduler;
+};
+
+struct Engine::Live {
+  Live(std::shared_ptr<RequestStream> s, GenerationRequest r, const Tokenizer& tokenizer, Clock::time_point t)
+      : stream(std::move(s)),
+        request(std::move(r)),
+        sampler(request.sampling),
+        detok(tokenizer, /*skip_special=*/true),
+        stops(request.stop),
+        prompt_logprobs(request.prompt_logprobs ? request.prompt.size() : 0),
+        submitted(t) {
+    usage.prompt_tokens = static_cast<int64_t>(request.prompt.size());
+  }
+  std::shared_ptr<RequestStream> stream;
+  GenerationRequest request;
+  sampling::Sampler sampler;
+  StreamingDetokenizer detok;
+  StopMatcher stops;
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;  // [prompt] while scoring
+  std::optional<TokenLogprob> sampled_logprob;               // of the token sampled this step
+  bool sent_first = false;
+  bool has_token = false;
+  Clock::time_point submitted;
+  Clock::time_point last_token;
+  Usage usage;
+};
+
+namespace {
+
+FinishReason from_scheduler(scheduler::FinishReason reason) {
+  switch (reason) {
+    case scheduler::FinishReason::kNone: return FinishReason::kNone;
+    case scheduler::FinishReason::kStop: return FinishReason::kStop;
+    case scheduler::FinishReason::kLength: return FinishReason::kLength;
+    case scheduler::FinishReason::kCancelled: return FinishReason::kCancelled;
+  }
+  return FinishReason::kError;
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+Engine::Engine(runtime::LoadedModel model, Tokenizer tokenizer, const EngineOptions& options)
+    : model_(std::move(model)), tokenizer_(std::move(tokenizer)), options_(options) {
+  NIBBLE_CHECK(options.max_waiting >= 0, "max_waiting must be >= 0, got {}", options.max_waiting);
+  max_context_ = model_.config().max_position_embeddings;
+  vocab_size_ = model_.config().vocab_size;
+  for (int64_t id : model_.config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
+  for (int32_t id : tokenizer_.eos_ids()) {
+    if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
+  }
+  core_ = std::make_unique<Core>(runtime::make_kv_pool(model_, {.kv_dtype = options.kv_dtype,
+                                                                 .rotation = options.rotation,
+                                                                 .page_size = options.page_size,
+                                                                 .num_pages = options.num_pages}),
+                                 options);
+  publish_metrics();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
+
+void Engine::validate(const GenerationRequest& r) const {
+  const auto reject = [](RejectReason reason, const std::string& message) { throw RequestRejected(reason, message); };
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  if (prompt == 0) reject(RejectReason::kInvalid, "the prompt has no tokens");
+  for (int32_t id : r.prompt) {
+    if (id < 0 || id >= vocab_size_) {
+      reject(RejectReason::kInvalid, fmt::format("token id {} is outside the vocabulary of {}", id, vocab_size_));
+    }
+  }
+  if (r.max_tokens < 0) reject(RejectReason::kInvalid, fmt::format("max_tokens must be >= 0, got {}", r.max_tokens));
+  if (prompt + r.max_tokens > max_context_) {
+    reject(RejectReason::kContextLength,
+           fmt::format("this model's maximum context length is {} tokens, but {} tokens were requested ({} in the "
+                       "prompt, {} to generate)",
+                       max_context_, prompt + r.max_tokens, prompt, r.max_tokens));
+  }
+  // The last generated token's KV is never stored (the scheduler's own sizing rule).
+  const int64_t kv_tokens = prompt + std::max<int64_t>(r.max_tokens - 1, 0);
+  const int64_t pages = (kv_tokens + options_.page_size - 1) / options_.page_size;
+  if (pages > options_.num_pages) {
+    reject(RejectReason::kContextLength,
+           fmt::format("{} prompt + {} generated tokens need {} KV pages, the pool has {} pages ({} tokens)", prompt,
+                       r.max_tokens, pages, options_.num_pages, options_.num_pages * options_.page_size));
+  }
+  if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
+    reject(RejectReason::kInvalid,
+           fmt::format("top_logprobs must be between 0 and {}, got {}", kMaxTopLogprobs, r.top_logprobs));
+  }
+  try {
+    sampling::validate(r.sampling);
+  } catch (const Error& e) {
+    reject(RejectReason::kInvalid, e.what());
+  }
+}
+
+std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
+  validate(request);
+  std::shared_ptr<RequestStream> stream;
+  {
+    std::lock_guard lock(mutex_);
+    if (!failure_.empty()) throw RequestRejected(RejectReason::kShuttingDown, "the engine failed: " + failure_);
+    if (!accepting_) throw RequestRejected(RejectReason::kShuttingDown, "the server is shutting down");
+    if (static_cast<int64_t>(inbox_.size()) + waiting_snapshot_ >= options_.max_waiting) {
+      throw RequestRejected(RejectReason::kBusy, fmt::format("too many requests waiting ({}); retry later",
+                                                             static_cast<int64_t>(inbox_.size()) + waiting_snapshot_));
+    }
+    stream = std::make_shared<RequestStream>(next_id_++);
+    inbox_.push_back({.stream = stream, .request = std::move(request), .submitted = Clock::now()});
+    idle_now_ = false;
+  }
+  wake_.notify_one();
+  return stream;
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard lock(mutex_);
+    cancels_.push_back(id);
+  }
+  wake_.notify_one();
+}
+
+void Engine::shutdown(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mutex_);
+    accepting_ = false;
+  }
+  wait_idle(grace);
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+bool Engine::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return idle_.wait_for(lock, timeout, [&] { return (idle_now_ && inbox_.empty() && cancels_.empty()) || stop_; });
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard lock(mutex_);
+  return metrics_;
+}
+
+void Engine::loop() {
+  while (true) {
+    try {
+      take_handovers();
+      bool stopping = false;
+      {
+        std::lock_guard lock(mutex_);
+        stopping = stop_;
+      }
+      if (stopping) {
+        std::vector<RequestId> ids;
+        for (const auto& [id, live] : live_) ids.push_back(id);
+        for (RequestId id : ids) end_request(id, FinishReason::kCancelled);
+        core_->scheduler.check_integrity();
+        publish_metrics();
+        std::lock_guard lock(mutex_);
+        idle_now_ = true;
+        idle_.notify_all();
+        return;
+      }
+      if (core_->scheduler.idle()) {
+        core_->scheduler.check_integrity();
+        publish_metrics();
+        std::unique_lock lock(mutex_);
+        if (inbox_.empty() && cancels_.empty() && !stop_) {
+          idle_now_ = true;
+          idle_.notify_all();
+          wake_.wait(lock, [&] { return !inbox_.empty() || !cancels_.empty() || stop_; });
+        }
+        continue;
+      }
+      run_step();
+      publish_metrics();
+    } catch (const std::exception& e) {
+      // A failed step: the requests it served get the error; the engine carries on only if its
+      // bookkeeping is still sound.
+      std::fprintf(stderr, "nibble engine: step failed: %s\n", e.what());
+      fail_all(e.what());
+      try {
+        core_->scheduler.check_integrity();
+      } catch (const std::exception& broken) {
+        std::fprintf(stderr, "nibble engine: state corrupt, stopping: %s\n", broken.what());
+        std::lock_guard lock(mutex_);
+        failure_ = broken.what();
+        accepting_ = false;
+        idle_now_ = true;
+        idle_.notify_all();
+        return;
+      }
+      publish_metrics();
+    }
+  }
+}
+
+void Engine::take_handovers() {
+  std::deque<Incoming> incoming;
+  std::vector<RequestId> cancels;
+  {
+    std::lock_guard lock(mutex_);
+    incoming.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (Incoming& in : incoming) {
+    const RequestId id = in.stream->id();
+    auto live = std::make_unique<Live>(in.stream, std::move(in.request), tokenizer_, in.submitted);
+    scheduler::Request request{.id = id,
+                               .prompt = live->request.prompt,
+                               .max_tokens = live->request.max_tokens,
+                               .stop_ids = live->request.ignore_eos ? std::vector<int32_t>{} : eos_ids_,
+                               .compute_whole_prompt = live->request.prompt_logprobs};
+    Live& ref = *live;
+    live_.emplace(id, std::move(live));
+    try {
+      core_->scheduler.submit(std::move(request));
+      working_.prompt_tokens += ref.usage.prompt_tokens;
+    } catch (const Error& e) {
+      end_request(id, FinishReason::kError, e.what());
+    }
+  }
+  for (RequestId id : cancels) {
+    if (live_.count(id)) end_request(id, FinishReason::kCancelled);
+  }
+}
+
+void Engine::run_step() {
+  scheduler::Scheduler& sched = core_->scheduler;
+  const scheduler::StepPlan plan = sched.step();
+  if (plan.empty()) {
+    // Not idle but nothing can run this step (should not happen: every accepted request fits the
+    // pool alone). Yield instead of spinning.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+  // The scheduler's plan as the backend's steps: its page tables and tokens, positions as planned.
+  std::vector<backend::SequenceStep> steps;
+  std::vector<Live*> lives;
+  steps.reserve(plan.sequences.size());
+  for (const scheduler::ScheduledSequence& seq : plan.sequences) {
+    Live& live = *live_.at(seq.request_id);
+    const int64_t prompt = static_cast<int64_t>(live.request.prompt.size());
+    const bool all_logits = live.request.prompt_logprobs && seq.first_position < prompt - 1;
+    steps.push_back({.first_position = seq.first_position,
+                     .tokens = seq.input_tokens,
+                     .pages = seq.page_table,
+                     .all_logits = all_logits});
+    lives.push_back(&live);
+  }
+  const std::vector<float> logits = runtime::run_forward_step(model_, core_->pool, options_.rotation, steps);
+
+  std::vector<int32_t> sampled;
+  int64_t row = 0;  // logits row of the current sequence's first returned position
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const backend::SequenceStep& step = steps[i];
+    Live& live = *lives[i];
+    const int64_t n = static_cast<int64_t>(step.tokens.size());
+    const int64_t rows = step.all_logits ? n : 1;
+    NIBBLE_ASSERT(static_cast<int64_t>(logits.size()) >= (row + rows) * vocab_size_);
+    const auto row_span = [&](int64_t r) {
+      return std::span<const float>(logits).subspan(static_cast<size_t>(r * vocab_size_), vocab_size_);
+    };
+    if (step.all_logits) {
+      // Row j holds the logits after position first_position + j: they score the next prompt token.
+      const std::vector<int32_t>& prompt = live.request.prompt;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t next = step.first_position + j + 1;
+        if (next < static_cast<int64_t>(prompt.size()) && !live.prompt_logprobs[next]) {
+          live.prompt_logprobs[next] = token_logprob(row_span(row + j), prompt[next], live.request.top_logprobs);
+        }
+      }
+    }
+    if (plan.sequences[i].samples) {
+      const std::span<const float> last = row_span(row + rows - 1);
+      int32_t token = 0;  // max_tokens 0: nothing is generated, the scheduler ignores the value
+      if (live.request.max_tokens > 0) {
+        token = live.sampler.sample(last);
+        if (live.request.logprobs) live.sampled_logprob = token_logprob(last, token, live.request.top_logprobs);
+      }
+      sampled.push_back(token);
+    }
+    row += rows;
+  }
+
+  const std::vector<scheduler::TokenEvent> events = sched.update(sampled);
+  const Clock::time_point now = Clock::now();
+  for (const scheduler::TokenEvent& ev : events) {
+    Live& live = *live_.at(ev.id);
+    live.usage.cached_tokens = ev.cached_prompt_tokens;
+    EngineEvent out;
+    FinishReason finish = from_scheduler(ev.finish);
+    if (ev.token >= 0) {
+      out.tokens = {ev.token};
+      if (live.sampled_logprob) out.logprobs = {std::move(*live.sampled_logprob)};
+      live.sampled_logprob.reset();
+      live.usage.completion_tokens = ev.generated_tokens;
+      ++working_.generated_tokens;
+      if (!live.has_token) {
+        working_.time_to_first_token.observe(seconds_between(live.submitted, now));
+      } else {
+        working_.inter_token_latency.observe(seconds_between(live.last_token, now));
+      }
+      live.has_token = true;
+      live.last_token = now;
+      StopMatch match = live.stops.push(live.detok.push(ev.token));
+      out.text = std::move(match.text);
+      if (match.stopped) {
+        if (finish == FinishReason::kNone) sched.finish(ev.id, scheduler::FinishReason::kStop);
+        finish = FinishReason::kStop;
+      } else if (finish != FinishReason::kNone) {
+        StopMatch tail = live.stops.push(live.detok.finish());
+        out.text += tail.text;
+        if (tail.stopped) {
+          finish = FinishReason::kStop;
+        } else {
+          out.text += live.stops.flush();
+        }
+      }
+    }
+    out.finish = finish;
+    deliver(live, std::move(out));
+  }
+}
+
+void Engine::deliver(Live& live, EngineEvent event) {
+  if (!live.sent_first && live.request.prompt_logprobs) event.prompt_logprobs = std::move(live.prompt_logprobs);
+  live.sent_first = true;
+  event.usage = live.usage;
+  const FinishReason finish = event.finish;
+  const RequestId id = live.stream->id();
+  live.stream->push(std::move(event));
+  if (finish == FinishReason::kNone) return;
+  if (finish == FinishReason::kCancelled) {
+    ++working_.requests_cancelled;
+  } else if (finish == FinishReason::kError) {
+    ++working_.requests_failed;
+  } else {
+    ++working_.requests_finished;
+  }
+  live_.erase(id);  // destroys `live`
+}
+
+void Engine::end_request(RequestId id, FinishReason reason, const std::string& error) {
+  NIBBLE_ASSERT(reason == FinishReason::kCancelled || reason == FinishReason::kError);
+  Live& live = *live_.at(id);
+  core_->scheduler.cancel(id);  // false when it never reached the scheduler
+  EngineEvent event;
+  event.finish = reason;
+  event.error = error;
+  deliver(live, std::move(event));
+}
+
+void Engine::fail_all(const std::string& message) {
+  std::vector<RequestId> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (RequestId id : ids) end_request(id, FinishReason::kError, message);
+}
+
+void Engine::publish_metrics() {
+  const cache::PageAllocator& allocator = core_->pool.allocator();
+  const scheduler::SchedulerStats& stats = core_->scheduler.stats();
+  working_.kv_pages_total = allocator.num_pages();
+  working_.kv_pages_free = allocator.num_free();
+  working_.kv_pages_cached = core_->cache.cached_pages();
+  working_.kv_pages_requests = allocator.num_used() - core_->cache.cached_pages();
+  working_.page_size = options_.page_size;
+  working_.running_requests = core_->scheduler.num_running();
+  working_.prefix_cache_hit_tokens = stats.prefix_hit_tokens;
+  working_.preemptions = stats.preemptions;
+  working_.steps = stats.steps;
+  std::lock_guard lock(mutex_);
+  waiting_snapshot_ = core_->scheduler.num_waiting();
+  working_.waiting_requests = waiting_snapshot_ + static_cast<int64_t>(inbox_.size());
+  metrics_ = working_;
+}
+
+}  // namespace nibble::engine
