@@ -21,10 +21,19 @@ nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || log "nvidia-smi failed (no GPU?)"
 cmake_args=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON)
 [[ -n "${NIBBLE_DEPS_PREFIX:-}" ]] && cmake_args+=("-DCMAKE_PREFIX_PATH=${NIBBLE_DEPS_PREFIX}")
 command -v ninja > /dev/null || cmake_args[5]="Unix Makefiles"
+# The GPU machine has no cpp-httplib package; the targets built here (kernels, their tests and
+# benchmark) do not use it, so the server/bench CMake lists get a stand-in .pc (header path only)
+# when pkg-config cannot find the real one.
+if ! pkg-config --exists cpp-httplib 2> /dev/null; then
+  mkdir -p "$OUT/pkgconfig"
+  printf 'Name: cpp-httplib\nDescription: stand-in for configure only\nVersion: 0.11.4\nCflags: -I%s/include\nLibs:\n' \
+    "${NIBBLE_DEPS_PREFIX:-/usr}" > "$OUT/pkgconfig/cpp-httplib.pc"
+  export PKG_CONFIG_PATH="$OUT/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+fi
 if ! cmake "${cmake_args[@]}" > "$OUT/configure.log" 2>&1; then
   log "configure FAILED (see configure.log)"; tail -30 "$OUT/configure.log"; exit 1
 fi
-targets=(test_cuda_kv_write test_cuda_decode_attention test_cuda_decode_plan bench_decode_attention)
+targets=(test_cuda_kv_write test_cuda_decode_attention test_cuda_decode_plan test_cuda_ops test_cuda_chunk_attention test_cuda_model bench_decode_attention)
 if ! cmake --build "$BUILD" --target "${targets[@]}" -j "$JOBS" > "$OUT/build.log" 2>&1; then
   log "build FAILED (see build.log)"; grep -E "error" "$OUT/build.log" | head -30; exit 1
 fi

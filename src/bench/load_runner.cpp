@@ -86,6 +86,7 @@ class LoadRun {
   void work() {
     httplib::Client client(config_.base_url);
     client.set_keep_alive(true);
+    client.set_tcp_nodelay(true);
     client.set_connection_timeout(std::chrono::seconds(10));
     client.set_read_timeout(to_duration(config_.request_timeout_s));
     client.set_write_timeout(std::chrono::seconds(30));
@@ -130,7 +131,11 @@ class LoadRun {
 
   RequestRecord send(httplib::Client& client, size_t session, size_t turn_index) {
     const Turn& turn = sessions_[session].turns[turn_index];
-    RequestRecord r{.session = session, .turn = turn_index, .prompt_units = turn.prompt_units(), .max_tokens = turn.max_tokens};
+    RequestRecord r;
+    r.session = session;
+    r.turn = turn_index;
+    r.prompt_units = turn.prompt_units();
+    r.max_tokens = turn.max_tokens;
     int64_t text_chunks = 0;
     int status = 0;
     std::string error_body;
@@ -205,7 +210,9 @@ class LoadRun {
       if (res && res->status == 200) load = parse_server_load(res->body);
       lock.lock();
       const bool usable = load && (load->running || load->waiting);
-      if (!usable && result_.samples.empty()) return;  // no /metrics, or none of the known names: stop asking
+      // An answer without usable counts (404, unknown names) before any sample: the server has none; stop
+      // asking. A transport failure may be passing: try again next period.
+      if (res && !usable && result_.samples.empty()) return;
       if (usable) {
         result_.metrics_found = true;
         result_.samples.push_back({.t_s = 0.5 * (t0 + t1), .running = load->running, .waiting = load->waiting});

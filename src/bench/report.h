@@ -5,9 +5,11 @@
 //   capacity-limited  the server's /metrics showed waiting > 0 while the client had requests in flight:
 //                     the server held requests it could not run (KV pool or running cap full), so the
 //                     throughput is the server's capacity at this load.
-//   server-limited    no queue in /metrics, but on average >= 1 request the client had in flight was
-//                     neither running nor waiting in the server: it sat outside the scheduler (HTTP
-//                     accept queue, too few handler threads), a limit of the server that its metrics hide.
+//   server-limited    no queue in /metrics, but on average max(1, peak/4) of the requests the client had
+//                     in flight were neither running nor waiting in the server: they sat outside its
+//                     scheduler (HTTP accept queue, too few handler threads), a limit its metrics hide.
+//                     (The slack allows for the moments between a request's end in the server and its
+//                     last bytes reaching the client.)
 //   client-limited    the peak of the client's in-flight requests reached the concurrency cap (the
 //                     requested --max-concurrency, or the client's thread limit) and the server never
 //                     queued: the run measured the cap, not the server ("requested 70, achieved 70").

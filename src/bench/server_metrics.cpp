@@ -9,9 +9,9 @@
 namespace nibble::bench {
 namespace {
 
-constexpr std::array<std::string_view, 4> kRunningNames = {"nibble:num_requests_running", "nibble_num_requests_running",
+constexpr std::array<std::string_view, 4> kRunningNames = {"nibble_requests_running", "nibble:num_requests_running",
                                                            "vllm:num_requests_running", "sglang:num_running_reqs"};
-constexpr std::array<std::string_view, 4> kWaitingNames = {"nibble:num_requests_waiting", "nibble_num_requests_waiting",
+constexpr std::array<std::string_view, 4> kWaitingNames = {"nibble_requests_waiting", "nibble:num_requests_waiting",
                                                            "vllm:num_requests_waiting", "sglang:num_queue_reqs"};
 
 std::string_view trim(std::string_view s) {

@@ -38,6 +38,9 @@ struct Engine::Live {
         prompt_logprobs(request.prompt_logprobs ? request.prompt.size() : 0),
         submitted(t) {
     usage.prompt_tokens = static_cast<int64_t>(request.prompt.size());
+    // The generated text continues the prompt's (a leading space is kept, as in decode(prompt +
+    // generated) minus decode(prompt)): run the prompt through the detokenizer, drop its text.
+    for (int32_t id : request.prompt) detok.push(id);
   }
   std::shared_ptr<RequestStream> stream;
   GenerationRequest request;

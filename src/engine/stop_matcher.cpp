@@ -16,10 +16,20 @@ StopMatch StopMatcher::push(std::string_view delta) {
   NIBBLE_CHECK(!stopped_, "StopMatcher: push() after a stop string matched");
   std::string text = held_ + std::string(delta);
   held_.clear();
-  // The earliest occurrence of any stop string. Every occurrence starts inside `text`: a suffix of
-  // earlier text that could start one was held back.
+  // The stop string that completes first (smallest end; on a tie the longest), as if the text had
+  // arrived byte by byte, so the result does not depend on how it was split into deltas. Every
+  // occurrence starts inside `text`: a suffix of earlier text that could start one was held back.
   size_t first = std::string::npos;
-  for (const std::string& stop : stops_) first = std::min(first, text.find(stop));
+  size_t first_end = std::string::npos;
+  for (const std::string& stop : stops_) {
+    const size_t at = text.find(stop);
+    if (at == std::string::npos) continue;
+    const size_t end = at + stop.size();
+    if (end < first_end || (end == first_end && at < first)) {
+      first = at;
+      first_end = end;
+    }
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     text.resize(first);

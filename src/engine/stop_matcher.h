@@ -1,7 +1,8 @@
 #pragma once
 // StopMatcher: finds stop strings in generated text that arrives in pieces (text deltas), also when a
 // stop string spans several tokens. Text that might be the start of a stop string is held back
-// until the next piece decides it, so nothing after a stop string is ever released.
+// until the next piece decides it, so nothing after a stop string is ever released. The text is cut
+// where the first stop string to complete (reading byte by byte) begins, however it was split.
 //
 //   StopMatcher m({"\n\n", "END"});
 //   m.push("Hello\n")  -> {.text = "Hello", .stopped = false}   ("\n" held: it may start "\n\n")

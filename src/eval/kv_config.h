@@ -12,7 +12,7 @@
 namespace nibble::eval {
 
 struct KvConfig {
-  std::string name;  // canonical: "<dtype>" or "<dtype>+hadamard"
+  std::string name{};  // canonical: "<dtype>" or "<dtype>+hadamard"
   quant::KvDtype dtype = quant::KvDtype::kF32;
   quant::Rotation rotation = quant::Rotation::kNone;
 };

@@ -240,6 +240,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(Decode
       }
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, off);
+      __syncwarp();  // every lane has read m_s[h] / l_s[h] before lane 0 overwrites them
       if (lane == 0) {
         const float alpha = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
         alpha_s[h] = alpha;

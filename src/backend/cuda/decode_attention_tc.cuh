@@ -103,17 +103,33 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* glo
 }
 
 // Copies one region of a 16-token chunk (rows contiguous in the page) into a stage, one warp.
-// kSwz: 0 none (scales), 1 K, 2 V. Data rows of tokens past n_valid are zero-filled; a scale piece
-// is copied when its first token is valid (its other slots lie in the same page).
+// kSwz: 0 none (scales), 1 K, 2 V. Bytes of tokens past n_valid are zero-filled (cp.async src-size),
+// data and scales alike, so no byte past a sequence's end reaches the arithmetic.
 template <int kRow, int kSwz>
 __device__ __forceinline__ void copy_region(uint8_t* dst, const uint8_t* src, int n_valid, int lane) {
   constexpr int kPieces = kTcChunk * kRow / 16;
+  constexpr int kPerLane = (kPieces + 31) / 32;
 #pragma unroll
-  for (int p = lane; p < kPieces; p += 32) {
-    const int b = p * 16;
-    const int phys = kSwz == 1 ? k_swz<kRow>(b) : (kSwz == 2 ? v_swz<kRow>(b) : b);
-    cp_async16_zfill(dst + phys, src + b, b / kRow < n_valid ? 16 : 0);
+  for (int i = 0; i < kPerLane; ++i) {
+    const int p = lane + 32 * i;
+    if (kPieces % 32 == 0 || p < kPieces) {
+      const int b = p * 16;
+      const int phys = kSwz == 1 ? k_swz<kRow>(b) : (kSwz == 2 ? v_swz<kRow>(b) : b);
+      int bytes = 16;
+      if (n_valid < kTcChunk) {  // the sequence's last chunk only
+        const int valid = n_valid * kRow - b;
+        bytes = valid >= 16 ? 16 : (valid > 0 ? valid : 0);
+      }
+      cp_async16_zfill(dst + phys, src + b, bytes);
+    }
   }
+}
+
+// 2^x on the special-function unit (x <= 0 here; -inf -> 0, results below 2^-126 flush to 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ---- K: head_dim position of half h of B register r of thread column c ---------------------------
@@ -135,12 +151,12 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair16) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
-// e4m3 block scale -> f16 (s · 64), duplicated in both halves; 0 when !valid.
-__device__ __forceinline__ uint32_t nvfp4_scale_f16x2(uint8_t code, bool valid) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
-  const __half s = __hmul(*reinterpret_cast<const __half*>(&h), __float2half(64.0f));
-  const uint32_t bits = valid ? static_cast<uint32_t>(__half_as_ushort(s)) : 0u;
-  return bits | (bits << 16);
+// Two e4m3 block scales (positive) -> f16x2 of s · 64. An e4m3 byte shifted left by 7 is the f16
+// pattern of s · 2^-8 (subnormals included), so one shift and one exact f16 multiply by 2^14.
+__device__ __forceinline__ uint32_t nvfp4_scales_f16x2(uint32_t lo_code, uint32_t hi_code) {
+  const uint32_t bits = (lo_code | (hi_code << 16)) << 7;
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&bits), __half2half2(__ushort_as_half(0x7400)));
+  return *reinterpret_cast<const uint32_t*>(&r);
 }
 
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
@@ -148,14 +164,17 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// The 4 nibble pairs (positions p, p+16 for p = 0, 4, 8, 12) of x -> f16x2 patterns of E2M1 · 2^-14.
+// The nibble pair at bit positions kP and kP+16 of x -> f16x2 patterns of E2M1 · 2^-14
+// (sign -> bit 15, e1 e0 m -> bits 11..9; e2m1_decode.h). For kP < 12: (sign · 8 + magnitude)
+// puts the sign 4 bits above the magnitude, one multiply by 2^(9-kP) places both (integer
+// multiplies run beside the logic ops); for kP = 12 the sign is already in place.
 template <int kP>
 __device__ __forceinline__ uint32_t e2m1_pair_at(uint32_t x) {
-  const uint32_t sign = (x << (12 - kP)) & 0x80008000u;
-  if constexpr (kP <= 9) {
-    return sign | ((x << (9 - kP)) & 0x0E000E00u);
+  if constexpr (kP == 12) {
+    return (x & 0x80008000u) | ((x >> 3) & 0x0E000E00u);
   } else {
-    return sign | ((x >> (kP - 9)) & 0x0E000E00u);
+    constexpr uint32_t kSign = 0x00080008u << kP, kMag = 0x00070007u << kP;
+    return ((x & kSign) * 8u + (x & kMag)) * (1u << (9 - kP));
   }
 }
 
@@ -198,7 +217,8 @@ __device__ __forceinline__ void load_k_regs(const uint8_t* k_data, const uint8_t
 #pragma unroll
     for (int i = 0; i < kUnits; ++i) {
       const int unit = kHeadDim == 64 ? c : 8 * (i / 2) + 2 * c + (i % 2);
-      const uint32_t s = nvfp4_scale_f16x2(k_scales[row * kScaleRow + unit], true);
+      const uint32_t code = k_scales[row * kScaleRow + unit];
+      const uint32_t s = nvfp4_scales_f16x2(code, code);
 #pragma unroll
       for (int w = 0; w < 2; ++w) {
         const uint32_t x = words[2 * i + w];
@@ -314,11 +334,9 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
 #pragma unroll
     for (int q = 0; q < kWords; ++q) {
       const int block = (g * (kHeadDim / 8) + 8 * q) / 16;
-      const uint32_t s0 = nvfp4_scale_f16x2(v_scales[rows[0] * kScaleRow + block], rows[0] < n_valid);
-      const uint32_t s1 = nvfp4_scale_f16x2(v_scales[rows[1] * kScaleRow + block], rows[1] < n_valid);
-      const uint32_t s2 = nvfp4_scale_f16x2(v_scales[rows[2] * kScaleRow + block], rows[2] < n_valid);
-      const uint32_t s3 = nvfp4_scale_f16x2(v_scales[rows[3] * kScaleRow + block], rows[3] < n_valid);
-      const uint32_t s01 = __byte_perm(s0, s1, 0x5410), s23 = __byte_perm(s2, s3, 0x5410);
+      // Scales of tokens past the end were zero-filled with their data (copy_region).
+      const uint32_t s01 = nvfp4_scales_f16x2(v_scales[rows[0] * kScaleRow + block], v_scales[rows[1] * kScaleRow + block]);
+      const uint32_t s23 = nvfp4_scales_f16x2(v_scales[rows[2] * kScaleRow + block], v_scales[rows[3] * kScaleRow + block]);
 #pragma unroll
       for (int j = 0; j < 4; j += 2) {
         const uint32_t sel = j | ((j + 1) << 4) | ((j + 4) << 8) | ((j + 5) << 12);
@@ -413,25 +431,41 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   const cache::KvPartLayout& KL = a.k_layout;
   const cache::KvPartLayout& VL = a.v_layout;
 
-  auto issue = [&](int local, int slot) {
-    const int tok0 = begin + (warp + kTcWarps * local) * kTcChunk;
-    const int n_valid = min(kTcChunk, end - tok0);
-    const int64_t page = page_table[tok0 / KL.page_size];
-    const int64_t slot0 = tok0 % KL.page_size;
-    const uint8_t* page_base = a.pool + page * a.page_bytes;
+  // Chunk cursor of this warp: its next chunk to copy (tokens cursor_tok .. +15), the page-table index
+  // and slot of that token, and the page, read one chunk ahead of its use. Advancing by 4 chunks
+  // needs no division; all offsets inside a page are 32-bit.
+  const int page_size = static_cast<int>(KL.page_size);
+  const int k_off = static_cast<int>(KL.data_at(kv_head, 0));
+  const int ks_off = static_cast<int>(KL.scales_at(kv_head, 0));
+  const int v_off = static_cast<int>(VL.data_at(kv_head, 0));
+  const int vs_off = static_cast<int>(VL.scales_at(kv_head, 0));
+  int cursor_tok = begin + warp * kTcChunk;
+  int cursor_pidx = cursor_tok / page_size;
+  int cursor_slot = cursor_tok - cursor_pidx * page_size;
+  int32_t cursor_page = cursor_tok < end ? page_table[cursor_pidx] : 0;
+  auto issue = [&](int slot) {  // copies the cursor's chunk into stage `slot`, then advances
+    const int n_valid = min(kTcChunk, end - cursor_tok);
+    const uint8_t* page_base = a.pool + static_cast<int64_t>(cursor_page) * a.page_bytes;
     uint8_t* st = ring + slot * T::kStageBytes;
-    copy_region<T::kKRow, 1>(st, page_base + KL.data_at(kv_head, slot0), n_valid, lane);
+    copy_region<T::kKRow, 1>(st, page_base + (k_off + cursor_slot * T::kKRow), n_valid, lane);
     if constexpr (T::kKScaleRow > 0)
-      copy_region<T::kKScaleRow, 0>(st + T::kKBytes, page_base + KL.scales_at(kv_head, slot0), n_valid, lane);
+      copy_region<T::kKScaleRow, 0>(st + T::kKBytes, page_base + (ks_off + cursor_slot * T::kKScaleRow), n_valid, lane);
     st += T::kKBytes + T::kKScaleBytes;
-    copy_region<T::kVRow, 2>(st, page_base + VL.data_at(kv_head, slot0), n_valid, lane);
+    copy_region<T::kVRow, 2>(st, page_base + (v_off + cursor_slot * T::kVRow), n_valid, lane);
     if constexpr (T::kVScaleRow > 0)
-      copy_region<T::kVScaleRow, 0>(st + T::kVBytes, page_base + VL.scales_at(kv_head, slot0), n_valid, lane);
+      copy_region<T::kVScaleRow, 0>(st + T::kVBytes, page_base + (vs_off + cursor_slot * T::kVScaleRow), n_valid, lane);
+    cursor_tok += kTcWarps * kTcChunk;
+    cursor_slot += kTcWarps * kTcChunk;
+    while (cursor_slot >= page_size) {
+      cursor_slot -= page_size;
+      ++cursor_pidx;
+    }
+    if (cursor_tok < end) cursor_page = page_table[cursor_pidx];
   };
 
 #pragma unroll
   for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < n_local) issue(s, s);
+    if (s < n_local) issue(s);
     cp_async_commit();
   }
 
@@ -440,14 +474,16 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   for (int nt = 0; nt < T::kNTiles; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
   float m_run = -INFINITY, l_run = 0.0f;
 
+  int read_slot = 0, write_slot = T::kStages - 1;  // stage of chunk i, stage of chunk i + kStages - 1
   for (int i = 0; i < n_local; ++i) {
-    const int ahead = i + T::kStages - 1;
-    if (ahead < n_local) issue(ahead, ahead % T::kStages);
+    if (i + T::kStages - 1 < n_local) issue(write_slot);
+    write_slot = write_slot + 1 == T::kStages ? 0 : write_slot + 1;
     cp_async_commit();
     cp_async_wait<T::kStages - 1>();
     __syncwarp();
 
-    const uint8_t* st = ring + (i % T::kStages) * T::kStageBytes;
+    const uint8_t* st = ring + read_slot * T::kStageBytes;
+    read_slot = read_slot + 1 == T::kStages ? 0 : read_slot + 1;
     const uint8_t* k_data = st;
     const uint8_t* k_scales = st + T::kKBytes;
     const uint8_t* v_data = k_scales + T::kKScaleBytes;
@@ -478,10 +514,10 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
     const float m_new = fmaxf(m_run, mx);  // finite: token 0 of the chunk is valid
-    const float alpha = exp2f(m_run - m_new);
+    const float alpha = fast_exp2(m_run - m_new);
     float p[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) p[j] = exp2f(s[j] - m_new);
+    for (int j = 0; j < 4; ++j) p[j] = fast_exp2(s[j] - m_new);
     l_run = l_run * alpha + (p[0] + p[1] + p[2] + p[3]);
     m_run = m_new;
     if (__any_sync(0xFFFFFFFFu, alpha != 1.0f)) {

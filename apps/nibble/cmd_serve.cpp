@@ -1,0 +1,214 @@
+// nibble serve: an OpenAI-compatible HTTP server over the engine (src/engine, src/server).
+//
+// KV pool size, in order of precedence:
+//   --kv-pages N        exactly N pages;
+//   --mem-fraction F    the memory planner's pool (`nibble plan`'s figures): F × device memory
+//                       (--device-memory, default: this machine's RAM on cpu; required on cuda)
+//                       minus the weights;
+//   neither             room for --max-running requests of the model's full context.
+// SIGINT/SIGTERM: stop accepting, let in-flight requests finish for --shutdown-grace-s, cancel the
+// rest, exit 0.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <unistd.h>
+
+#include "cache/kv_accounting.h"
+#include "cache/planner.h"
+#include "common/error.h"
+#include "common/units.h"
+#include "engine/engine.h"
+#include "quant/kv_format.h"
+#include "runtime/forward_step.h"
+#include "runtime/loaded_model.h"
+#include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};  // [read end, write end]
+
+void on_signal(int signal) {
+  const unsigned char byte = static_cast<unsigned char>(signal);
+  (void)!write(g_signal_pipe[1], &byte, 1);  // async-signal-safe
+}
+
+struct ServeArgs {
+  std::string model_dir;
+  std::string served_model_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string device = "cpu";
+  int threads = 0;
+  std::string kv_dtype = "f32";
+  std::string rotate = "none";
+  std::optional<double> mem_fraction;
+  std::optional<std::string> device_memory;
+  int64_t kv_pages = 0;
+  int64_t page_size = 16;
+  int64_t max_running = 64;
+  int64_t max_waiting = 1024;
+  int64_t max_batch_tokens = 512;
+  bool no_prefix_cache = false;
+  int64_t max_body_bytes = 8 << 20;
+  int http_threads = 256;
+  double shutdown_grace_s = 10.0;
+};
+
+struct PoolSize {
+  int64_t pages = 0;
+  int64_t full_context_requests = 0;  // requests of the model's whole context that fit
+  std::string source;
+};
+
+PoolSize size_pool(const ServeArgs& args, nibble::runtime::LoadedModel& model, const nibble::cache::PageLayout& layout) {
+  using namespace nibble;
+  const int64_t context = model.config().max_position_embeddings;
+  const int64_t pages_per_request = (context + args.page_size - 1) / args.page_size;
+  PoolSize size;
+  if (args.kv_pages > 0) {
+    size.pages = args.kv_pages;
+    size.source = "--kv-pages";
+  } else if (args.mem_fraction) {
+    int64_t memory = 0;
+    if (args.device_memory) {
+      memory = static_cast<int64_t>(parse_bytes(*args.device_memory));
+    } else {
+      NIBBLE_CHECK(args.device == "cpu", "--mem-fraction on {} needs --device-memory (e.g. 141GB)", args.device);
+      memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
+    }
+    const cache::MemoryPlan plan = cache::plan_memory({.model = model.config(),
+                                                       .model_source = args.model_dir,
+                                                       .gpu_memory_bytes = memory,
+                                                       .mem_fraction = *args.mem_fraction,
+                                                       .context_tokens = context,
+                                                       .page_size = args.page_size,
+                                                       .kv_dtypes = {layout.dtype()}});
+    size.pages = plan.formats.at(0).pool_pages;
+    size.source = fmt::format("--mem-fraction {} of {}", *args.mem_fraction, format_bytes(static_cast<double>(memory)));
+  } else {
+    size.pages = args.max_running * pages_per_request;
+    size.source = fmt::format("--max-running {} full contexts", args.max_running);
+  }
+  NIBBLE_CHECK(size.pages >= 1, "the KV pool would have no pages ({})", size.source);
+  size.full_context_requests = size.pages / pages_per_request;
+  return size;
+}
+
+void run_serve(const ServeArgs& args) {
+  using namespace nibble;
+  NIBBLE_CHECK(args.port >= 0 && args.port <= 65535, "--port must be 0..65535, got {}", args.port);
+  NIBBLE_CHECK(args.page_size >= 1, "--page-size must be >= 1, got {}", args.page_size);
+  NIBBLE_CHECK(args.max_running >= 1, "--max-running must be >= 1, got {}", args.max_running);
+  NIBBLE_CHECK(args.max_waiting >= 0, "--max-waiting must be >= 0, got {}", args.max_waiting);
+  NIBBLE_CHECK(args.shutdown_grace_s >= 0, "--shutdown-grace-s must be >= 0, got {}", args.shutdown_grace_s);
+  const quant::KvDtype kv_dtype = quant::parse_kv_dtype(args.kv_dtype);
+  const quant::Rotation rotation = quant::parse_rotation(args.rotate);
+
+  // SIGINT/SIGTERM may land on any thread (OpenBLAS starts its own before main), so the handler
+  // only writes a byte to a pipe; a watcher thread reads it and shuts the server down.
+  NIBBLE_CHECK(pipe(g_signal_pipe) == 0, "cannot create the signal pipe");
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
+
+  runtime::LoadedModel model = runtime::load_model({.dir = args.model_dir, .device = args.device,
+                                                    .num_threads = args.threads});
+  Tokenizer tokenizer = Tokenizer::load(args.model_dir);
+  const cache::PageLayout layout =
+      runtime::kv_page_layout(model, {.kv_dtype = kv_dtype, .rotation = rotation, .page_size = args.page_size});
+  const PoolSize pool = size_pool(args, model, layout);
+  const config::ModelConfig config = model.config();
+  const int64_t bytes_per_token =
+      cache::kv_bytes_per_token_per_layer(kv_dtype, layout.geometry().kv_heads, layout.geometry().head_dim) *
+      layout.geometry().num_layers;
+  const std::string name = args.served_model_name.empty()
+                               ? std::filesystem::path(args.model_dir).lexically_normal().filename().string()
+                               : args.served_model_name;
+  const std::string model_name = name.empty() ? args.model_dir : name;
+
+  engine::Engine engine(std::move(model), std::move(tokenizer),
+                        {.kv_dtype = kv_dtype,
+                         .rotation = rotation,
+                         .page_size = args.page_size,
+                         .num_pages = pool.pages,
+                         .max_running = args.max_running,
+                         .max_waiting = args.max_waiting,
+                         .max_batch_tokens = args.max_batch_tokens,
+                         .prefix_cache = !args.no_prefix_cache});
+  server::HttpServer http(engine, {.host = args.host,
+                                   .port = args.port,
+                                   .model_name = model_name,
+                                   .max_body_bytes = args.max_body_bytes,
+                                   .http_threads = args.http_threads,
+                                   .shutdown_grace = std::chrono::milliseconds(
+                                       static_cast<int64_t>(args.shutdown_grace_s * 1000.0))});
+  const int port = http.bind();
+  fmt::print(stderr,
+             "nibble serve: model {} ({}, context {} tokens) on {}; KV {}{}: {} pages x {} tokens = {} tokens "
+             "({} B/token, {} per page, {} in all; from {}); {} requests of the full {}-token context fit; "
+             "prefix cache {}; listening on http://{}:{}\n",
+             model_name, args.model_dir, config.max_position_embeddings, args.device, quant::kv_dtype_name(kv_dtype),
+             rotation == quant::Rotation::kHadamard ? " + hadamard" : "", pool.pages, args.page_size,
+             pool.pages * args.page_size, bytes_per_token, format_bytes(static_cast<double>(layout.page_bytes())),
+             format_bytes(static_cast<double>(layout.page_bytes() * pool.pages)), pool.source,
+             pool.full_context_requests, config.max_position_embeddings, args.no_prefix_cache ? "off" : "on",
+             args.host, port);
+
+  std::thread watcher([&http] {
+    unsigned char signal = 0;
+    while (read(g_signal_pipe[0], &signal, 1) < 0 && errno == EINTR) {
+    }
+    if (signal != 0) {
+      fmt::print(stderr, "nibble serve: {} received, shutting down\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    http.shutdown();
+  });
+  http.serve();
+  http.shutdown();  // serve() may also return on its own (a listen error)
+  const unsigned char wake = 0;  // wakes the watcher if no signal came
+  (void)!write(g_signal_pipe[1], &wake, 1);
+  watcher.join();
+  fmt::print(stderr, "nibble serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, completions)");
+  cmd->add_option("--model", args->model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("--served-model-name", args->served_model_name, "Model name in the API (default: the directory name)");
+  cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->port, "Port (0 = any free port)")->capture_default_str();
+  cmd->add_option("--device", args->device, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU backend threads (0 = one per core)")->capture_default_str();
+  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache format: f32 bf16 fp8 nvfp4 k8v4")->capture_default_str();
+  cmd->add_option("--rotate", args->rotate, "KV rotation: none | hadamard")->capture_default_str();
+  auto* fraction = cmd->add_option("--mem-fraction", args->mem_fraction,
+                                   "Size the KV pool as `nibble plan` does: this fraction of device memory minus weights");
+  cmd->add_option("--device-memory", args->device_memory, "Device memory for --mem-fraction, e.g. 141GB");
+  cmd->add_option("--kv-pages", args->kv_pages, "KV pool pages (0 = see --mem-fraction / --max-running)")
+      ->capture_default_str()
+      ->excludes(fraction);
+  cmd->add_option("--page-size", args->page_size, "Tokens per KV page")->capture_default_str();
+  cmd->add_option("--max-running", args->max_running, "Requests decoding at once")->capture_default_str();
+  cmd->add_option("--max-waiting", args->max_waiting, "Queued requests before 429")->capture_default_str();
+  cmd->add_option("--max-batch-tokens", args->max_batch_tokens, "Tokens per engine step (decodes + prefill chunks)")
+      ->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Turn the radix prefix cache off");
+  cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body (larger: 413)")->capture_default_str();
+  cmd->add_option("--http-threads", args->http_threads, "Connections served at once")->capture_default_str();
+  cmd->add_option("--shutdown-grace-s", args->shutdown_grace_s, "Seconds in-flight requests may finish on SIGTERM")
+      ->capture_default_str();
+  cmd->callback([args] { run_serve(*args); });
+}

@@ -1,0 +1,97 @@
+#include "eval/eval_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "eval/corpus.h"
+#include "eval/kv_config.h"
+#include "runtime/loaded_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nibble::eval {
+namespace {
+
+bool wants(const EvalOptions& o, const std::string& task) {
+  return std::find(o.tasks.begin(), o.tasks.end(), task) != o.tasks.end();
+}
+
+}  // namespace
+
+EvalReport run_eval(const EvalOptions& o) {
+  for (const std::string& t : o.tasks) {
+    NIBBLE_CHECK(t == "perplexity" || t == "passkey", "unknown eval task '{}' (expected perplexity, passkey)", t);
+  }
+  NIBBLE_CHECK(!o.tasks.empty(), "no eval task given (expected perplexity and/or passkey)");
+  NIBBLE_CHECK(!wants(o, "perplexity") || !o.corpus.empty(), "the perplexity task needs --corpus FILE (plain text)");
+  const KvConfig reference = parse_kv_config(o.reference);
+  const std::vector<KvConfig> requested = parse_kv_configs(o.configs);
+
+  runtime::LoadedModel model = runtime::load_model({.dir = o.model_dir, .device = o.device, .num_threads = o.threads, .progress = std::nullopt});
+  const Tokenizer tokenizer = Tokenizer::load(o.model_dir);
+  const int64_t head_dim = model.config().head_dim;
+  const int64_t context = model.config().max_position_embeddings;
+  if (auto why = unsuitable_reason(reference, head_dim)) {
+    NIBBLE_FAIL("the reference configuration {} cannot run on this model: {}", reference.name, *why);
+  }
+
+  EvalReport report{.model = o.model_dir, .reference = reference.name};
+  std::vector<KvConfig> configs;
+  for (const KvConfig& c : requested) {
+    if (auto why = unsuitable_reason(c, head_dim)) {
+      report.skipped.push_back({.name = c.name, .reason = *why});
+    } else {
+      configs.push_back(c);
+      report.configs.push_back(c.name);
+    }
+  }
+  report.settings = {{"tasks", o.tasks},     {"context", o.context},      {"documents", o.documents},
+                     {"chunk", o.chunk},     {"page_size", o.page_size},  {"seed", o.seed},
+                     {"device", o.device},   {"corpus", o.corpus},        {"passkey_lengths", o.passkey_lengths},
+                     {"passkey_depths", o.passkey_depths}, {"samples", o.samples},
+                     {"max_new_tokens", o.max_new_tokens}, {"bootstrap_resamples", o.bootstrap_resamples},
+                     {"head_dim", head_dim}, {"model_context", context}};
+
+  if (wants(o, "perplexity")) {
+    NIBBLE_CHECK(o.context <= context, "--context {} exceeds the model's context of {} tokens", o.context, context);
+    const auto documents = load_documents(tokenizer, o.corpus, {.context = o.context, .max_documents = o.documents});
+    if (o.documents > 0 && static_cast<int64_t>(documents.size()) < o.documents) {
+      report.notes.push_back(fmt::format("the corpus holds only {} documents of {} tokens ({} requested)",
+                                         documents.size(), o.context, o.documents));
+    }
+    report.perplexity_run = run_perplexity(model, documents, reference, configs,
+                                           {.chunk = o.chunk, .page_size = o.page_size});
+    report.perplexity = summarize_perplexity(
+        *report.perplexity_run, {.bootstrap = {.resamples = o.bootstrap_resamples, .seed = o.seed}});
+  }
+
+  if (wants(o, "passkey")) {
+    PasskeyOptions p{.depths = o.passkey_depths, .samples = o.samples, .seed = o.seed,
+                     .max_new_tokens = o.max_new_tokens, .chunk = o.chunk, .page_size = o.page_size};
+    p.lengths.clear();
+    for (int64_t len : o.passkey_lengths) {
+      if (len + o.max_new_tokens > context) {
+        report.notes.push_back(fmt::format("passkey length {} skipped: {} + {} new tokens exceed the model's context of {}",
+                                           len, len, o.max_new_tokens, context));
+      } else {
+        p.lengths.push_back(len);
+      }
+    }
+    if (p.lengths.empty()) {
+      report.notes.push_back("passkey task skipped: no length fits the model's context");
+    } else {
+      report.passkey_items = make_passkey_items(tokenizer, p);
+      std::vector<std::string> names = {reference.name};
+      report.passkey_outcomes.push_back(run_passkey(model, tokenizer, report.passkey_items, reference, p));
+      for (const KvConfig& c : configs) {
+        names.push_back(c.name);
+        report.passkey_outcomes.push_back(run_passkey(model, tokenizer, report.passkey_items, c, p));
+      }
+      report.passkey = summarize_passkey(report.passkey_items, names, report.passkey_outcomes);
+    }
+  }
+  return report;
+}
+
+}  // namespace nibble::eval

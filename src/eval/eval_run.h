@@ -1,0 +1,43 @@
+#pragma once
+// One `nibble eval` run: load the model and tokenizer, decide which configurations can run, run the
+// tasks on the same items for every configuration, and summarize. apps/nibble/cmd_eval.cpp is the
+// command line over this.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eval/report.h"
+
+namespace nibble::eval {
+
+struct EvalOptions {
+  std::string model_dir{};
+  std::string configs = "f32,bf16,fp8,nvfp4,nvfp4+hadamard,k8v4";
+  std::string reference = "f32";
+  std::vector<std::string> tasks = {"perplexity", "passkey"};
+  // perplexity
+  std::string corpus{};        // text file; required for the perplexity task
+  int64_t context = 512;       // tokens per document
+  int64_t documents = 8;       // 0 = every complete window of the corpus
+  // passkey
+  std::vector<int64_t> passkey_lengths = {256, 512};
+  std::vector<double> passkey_depths = {0.0, 0.25, 0.5, 0.75, 1.0};
+  int64_t samples = 2;
+  int64_t max_new_tokens = 8;
+  // both
+  int64_t chunk = 64;
+  int64_t page_size = 16;
+  uint64_t seed = 0;
+  int64_t bootstrap_resamples = 2000;
+  std::string device = "cpu";
+  int threads = 0;
+};
+
+// Throws nibble::Error for a bad option (unknown task or configuration, a reference that cannot run
+// on the model, perplexity without --corpus, ...). Configurations unsuitable for the model's
+// head_dim are skipped and listed with the reason; passkey lengths over the model's context are
+// skipped with a note.
+EvalReport run_eval(const EvalOptions& options);
+
+}  // namespace nibble::eval

@@ -1,0 +1,259 @@
+// Every dense and element-wise op of the CUDA backend against the CPU backend on the same random
+// inputs, through the seam. Tolerances, per op:
+//   matmul      CUDA rounds W and x to bf16 and accumulates in f32. Against the CPU on the same
+//               bf16-rounded inputs: 1e-4 of the output scale (summation order only); against the
+//               CPU on the original f32 inputs: 1e-2 (bf16's 2^-9 relative rounding, accumulated).
+//   embedding   exact: the CPU row rounded to bf16.
+//   rms_norm    1e-5 relative (f32 vs f64 sum of squares); rope 1e-5 absolute (sincosf vs libm);
+//   silu_mul    1e-6 relative; add, gather_logit_rows exact.
+//   kv_write    byte for byte (the generic head_dim 8 path and the fused head_dim 64 path).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "backend/cuda_common/cuda_test_util.h"
+#include "backend/step_plan.h"
+#include "common/error.h"
+#include "quant/bf16.h"
+#include "seam_test_util.h"
+
+namespace nibble::backend {
+namespace {
+
+using test::download;
+using test::random_floats;
+using test::upload;
+
+std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& x : v) x = quant::f32_from_bf16(quant::bf16_from_f32(x));
+  return v;
+}
+
+// One step of `lens.size()` sequences; sequence i has first_position firsts[i] and lens[i] new
+// tokens with ids drawn below `vocab`; pages 0, 1, 2, ... in order.
+struct PlannedInput {
+  std::vector<std::vector<int32_t>> tokens, pages;
+  StepPlan plan;
+};
+
+PlannedInput make_plan(const std::vector<int64_t>& firsts, const std::vector<int64_t>& lens, int64_t vocab,
+                       int64_t page_size, std::mt19937& rng, bool all_logits = false) {
+  PlannedInput in;
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
+  int32_t next_page = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    std::vector<int32_t> t(lens[s]);
+    for (int32_t& x : t) x = id(rng);
+    in.tokens.push_back(t);
+    std::vector<int32_t> p((firsts[s] + lens[s] + page_size - 1) / page_size);
+    std::iota(p.begin(), p.end(), next_page);
+    next_page += static_cast<int32_t>(p.size());
+    in.pages.push_back(p);
+  }
+  std::vector<SequenceStep> steps;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    steps.push_back({.first_position = firsts[s], .tokens = in.tokens[s], .pages = in.pages[s], .all_logits = all_logits});
+  }
+  in.plan = make_step_plan(steps, page_size, next_page);
+  return in;
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    NIBBLE_SKIP_WITHOUT_GPU();
+    gpu = make_backend({.device = "cuda"});
+  }
+  CpuBackend cpu{{.num_threads = 2}};
+  std::unique_ptr<Backend> gpu;
+  std::mt19937 rng{20240601};
+};
+
+TEST_F(CudaOps, MatmulMatchesCpuWithBf16Tolerance) {
+  for (const int64_t rows : {1, 7, 64}) {
+    for (const int64_t in : {64, 172}) {  // 172: stories260k's intermediate, not a multiple of 8
+      for (const bool with_bias : {false, true}) {
+        const int64_t out = 96;
+        const std::vector<float> x = random_floats(rows * in, rng), w = random_floats(out * in, rng, 0.2f);
+        const std::vector<float> bias = random_floats(out, rng);
+        std::unique_ptr<Buffer> w_owner, b_owner;
+        const Matrix gw = gpu->upload_matrix(w.data(), out, in, w_owner);
+        const Vector gb = with_bias ? gpu->upload_vector(bias.data(), out, b_owner) : Vector{};
+        auto gx = upload(*gpu, x, rows, in);
+        auto gout = upload(*gpu, std::vector<float>(rows * out, NAN), rows, out);
+        gpu->matmul(gx.view, gw, gb, gout.view);
+        const std::vector<float> got = download(*gpu, gout.view);
+
+        auto cpu_matmul = [&](const std::vector<float>& xs, const std::vector<float>& ws) {
+          std::vector<float> o(rows * out);
+          std::unique_ptr<Buffer> unused;
+          const Matrix cw = cpu.upload_matrix(ws.data(), out, in, unused);
+          cpu.matmul({const_cast<float*>(xs.data()), rows, in}, cw, with_bias ? Vector{bias.data(), out} : Vector{},
+                     {o.data(), rows, out});
+          return o;
+        };
+        const std::vector<float> want_rounded = cpu_matmul(round_bf16(x), round_bf16(w));
+        const std::vector<float> want = cpu_matmul(x, w);
+        EXPECT_LE(test::relative_max_error(got, want_rounded), 1e-4) << rows << "x" << in << " bias " << with_bias;
+        EXPECT_LE(test::relative_max_error(got, want), 1e-2) << rows << "x" << in << " bias " << with_bias;
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, MatmulRejectsShapeMismatch) {
+  const std::vector<float> w = random_floats(8 * 16, rng);
+  std::unique_ptr<Buffer> owner;
+  const Matrix gw = gpu->upload_matrix(w.data(), 8, 16, owner);
+  auto gx = upload(*gpu, random_floats(2 * 12, rng), 2, 12);
+  auto gout = upload(*gpu, std::vector<float>(2 * 8), 2, 8);
+  EXPECT_THROW(gpu->matmul(gx.view, gw, {}, gout.view), Error);
+}
+
+TEST_F(CudaOps, EmbeddingIsTheBf16RoundedRow) {
+  const int64_t vocab = 50, hidden = 24;
+  const std::vector<float> table = random_floats(vocab * hidden, rng);
+  PlannedInput in = make_plan({0, 5}, {9, 1}, vocab, 16, rng);
+  std::unique_ptr<Buffer> owner;
+  const Matrix gt = gpu->upload_matrix(table.data(), vocab, hidden, owner);
+  auto gout = upload(*gpu, std::vector<float>(in.plan.total_tokens * hidden), in.plan.total_tokens, hidden);
+  auto step = gpu->plan(in.plan);
+  gpu->embedding(*step, gt, gout.view);
+  const std::vector<float> got = download(*gpu, gout.view);
+  const std::vector<float> rounded = round_bf16(table);
+  for (int64_t r = 0; r < in.plan.total_tokens; ++r) {
+    for (int64_t c = 0; c < hidden; ++c) {
+      ASSERT_EQ(got[r * hidden + c], rounded[in.plan.token_ids[r] * hidden + c]) << "row " << r << " col " << c;
+    }
+  }
+  // An id outside the vocabulary is an error naming it.
+  PlannedInput bad = make_plan({0}, {3}, vocab, 16, rng);
+  bad.plan.token_ids[1] = static_cast<int32_t>(vocab);
+  auto bad_out = upload(*gpu, std::vector<float>(3 * hidden), 3, hidden);
+  auto bad_step = gpu->plan(bad.plan);
+  try {
+    gpu->embedding(*bad_step, gt, bad_out.view);
+    ADD_FAILURE() << "accepted an id outside the vocabulary";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CudaOps, RmsNormMatchesCpu) {
+  for (const int64_t cols : {8, 64, 1000}) {
+    const int64_t rows = 37;
+    const std::vector<float> x = random_floats(rows * cols, rng, 3.0f), w = random_floats(cols, rng);
+    std::vector<float> want(rows * cols);
+    cpu.rms_norm({const_cast<float*>(x.data()), rows, cols}, {w.data(), cols}, 1e-5f, {want.data(), rows, cols});
+    std::unique_ptr<Buffer> owner;
+    const Vector gw = gpu->upload_vector(w.data(), cols, owner);
+    auto gx = upload(*gpu, x, rows, cols);
+    gpu->rms_norm(gx.view, gw, 1e-5f, gx.view);  // in place, as the per-head q/k norms run
+    EXPECT_LE(test::relative_max_error(download(*gpu, gx.view), want), 1e-5) << "cols " << cols;
+  }
+}
+
+TEST_F(CudaOps, RopeMatchesCpuAtLongPositions) {
+  for (const int64_t head_dim : {8, 64, 128}) {
+    PlannedInput in = make_plan({0, 700, 3}, {5, 1, 40}, 100, 16, rng);
+    const int64_t t = in.plan.total_tokens, qh = 4, kh = 2;
+    std::vector<float> inv_freq(head_dim / 2);
+    for (int64_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+    std::vector<float> q = random_floats(t * qh * head_dim, rng), k = random_floats(t * kh * head_dim, rng);
+    auto gq = upload(*gpu, q, t, qh * head_dim);
+    auto gk = upload(*gpu, k, t, kh * head_dim);
+    std::unique_ptr<Buffer> owner;
+    const Vector gf = gpu->upload_vector(inv_freq.data(), head_dim / 2, owner);
+    auto gstep = gpu->plan(in.plan);
+    gpu->rope(*gstep, gq.view, gk.view, head_dim, gf);
+    auto cstep = cpu.plan(in.plan);
+    cpu.rope(*cstep, {q.data(), t, qh * head_dim}, {k.data(), t, kh * head_dim}, head_dim,
+             {inv_freq.data(), head_dim / 2});
+    EXPECT_LE(test::max_abs_error(download(*gpu, gq.view), q), 1e-5) << "head_dim " << head_dim;
+    EXPECT_LE(test::max_abs_error(download(*gpu, gk.view), k), 1e-5) << "head_dim " << head_dim;
+  }
+}
+
+TEST_F(CudaOps, SiluMulAddAndGatherMatchCpu) {
+  const int64_t rows = 19, cols = 172;
+  const std::vector<float> a = random_floats(rows * cols, rng, 8.0f), b = random_floats(rows * cols, rng, 2.0f);
+  auto ga = upload(*gpu, a, rows, cols);
+  auto gb = upload(*gpu, b, rows, cols);
+  auto gout = upload(*gpu, std::vector<float>(rows * cols), rows, cols);
+
+  std::vector<float> want(rows * cols);
+  cpu.silu_mul({const_cast<float*>(a.data()), rows, cols}, {const_cast<float*>(b.data()), rows, cols},
+               {want.data(), rows, cols});
+  gpu->silu_mul(ga.view, gb.view, gout.view);
+  EXPECT_LE(test::relative_max_error(download(*gpu, gout.view), want), 1e-6);
+
+  cpu.add({const_cast<float*>(a.data()), rows, cols}, {const_cast<float*>(b.data()), rows, cols},
+          {want.data(), rows, cols});
+  gpu->add(ga.view, gb.view, ga.view);  // out aliases a, as the residual adds run
+  EXPECT_EQ(download(*gpu, ga.view), want);
+
+  PlannedInput in = make_plan({0, 4, 9}, {6, 1, 12}, 100, 16, rng, /*all_logits=*/true);
+  const int64_t t = in.plan.total_tokens;
+  const std::vector<float> x = random_floats(t * cols, rng);
+  auto gx = upload(*gpu, x, t, cols);
+  const int64_t nl = in.plan.num_logit_rows();
+  auto gl = upload(*gpu, std::vector<float>(nl * cols), nl, cols);
+  auto gstep = gpu->plan(in.plan);
+  gpu->gather_logit_rows(*gstep, gx.view, gl.view);
+  const std::vector<float> got = download(*gpu, gl.view);
+  for (int64_t i = 0; i < nl; ++i) {
+    EXPECT_EQ(0, std::memcmp(got.data() + i * cols, x.data() + in.plan.logit_rows[i] * cols, cols * sizeof(float)))
+        << "logit row " << i;
+  }
+}
+
+// The KV write on CUDA stores the same bytes as the CPU backend, for every format and rotation.
+TEST_F(CudaOps, KvWriteIsBitExactWithCpu) {
+  using quant::KvDtype;
+  for (const int64_t head_dim : {8, 64}) {  // 8: the generic kernel; 64: the fused one
+    for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4, KvDtype::kK8V4}) {
+      for (const quant::Rotation rotation : {quant::Rotation::kNone, quant::Rotation::kHadamard}) {
+        if (dtype == KvDtype::kNVFP4 && head_dim % 16 != 0) continue;
+        if (dtype == KvDtype::kK8V4 && head_dim % 16 != 0) continue;
+        const int64_t kv_heads = 2, layers = 2, page_size = 16;
+        const cache::PageLayout layout({.num_layers = layers, .kv_heads = kv_heads, .head_dim = head_dim}, dtype,
+                                       page_size);
+        const cache::KvGlobalScales scales{{0.5f, 1.0f}, {1.0f, 0.25f}};
+        PlannedInput in = make_plan({0, 13, 30}, {21, 1, 7}, 100, page_size, rng);
+        const int64_t t = in.plan.total_tokens, num_pages = 12;
+        const std::vector<float> k = random_floats(t * kv_heads * head_dim, rng, 4.0f);
+        const std::vector<float> v = random_floats(t * kv_heads * head_dim, rng, 4.0f);
+        std::vector<uint8_t> cpu_pool(num_pages * layout.page_bytes(), 0);
+        const KvCacheView cpu_view{cpu_pool.data(), num_pages, &layout, &scales, rotation};
+        auto cstep = cpu.plan(in.plan);
+        cpu.kv_write(*cstep, cpu_view, 1, {const_cast<float*>(k.data()), t, kv_heads * head_dim},
+                     {const_cast<float*>(v.data()), t, kv_heads * head_dim});
+
+        auto gpool = gpu->allocate(num_pages * layout.page_bytes());  // zero-filled like the CPU pool
+        const KvCacheView gpu_view{static_cast<uint8_t*>(gpool->data()), num_pages, &layout, &scales, rotation};
+        auto gk = upload(*gpu, k, t, kv_heads * head_dim);
+        auto gv = upload(*gpu, v, t, kv_heads * head_dim);
+        auto gstep = gpu->plan(in.plan);
+        gpu->kv_write(*gstep, gpu_view, 1, gk.view, gv.view);
+        std::vector<uint8_t> got(cpu_pool.size());
+        gpu->copy_to_host(got.data(), gpool->data(), static_cast<int64_t>(got.size()));
+        EXPECT_EQ(got, cpu_pool) << quant::kv_dtype_name(dtype) << " head_dim " << head_dim << " rotation "
+                                 << static_cast<int>(rotation);
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, StepFromAnotherBackendIsRejected) {
+  PlannedInput in = make_plan({0}, {4}, 10, 16, rng);
+  auto cstep = cpu.plan(in.plan);
+  std::vector<float> table = random_floats(10 * 8, rng);
+  std::unique_ptr<Buffer> owner;
+  const Matrix gt = gpu->upload_matrix(table.data(), 10, 8, owner);
+  auto gout = upload(*gpu, std::vector<float>(4 * 8), 4, 8);
+  EXPECT_THROW(gpu->embedding(*cstep, gt, gout.view), Error);
+}
+
+}  // namespace
+}  // namespace nibble::backend

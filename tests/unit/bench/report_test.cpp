@@ -1,0 +1,101 @@
+// The verdict's decision table, and a hand-computed summary of a small synthetic run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "bench/report.h"
+
+namespace nibble::bench {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(Verdict, DecisionTable) {
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .max_waiting_while_busy = 2}).verdict,
+            Verdict::kCapacityLimited);
+  // Queue counts are only believed when /metrics was found.
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = false, .max_waiting_while_busy = 2}).verdict,
+            Verdict::kClientLimited);
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .mean_unaccounted = 3.5}).verdict,
+            Verdict::kServerLimited);
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .mean_unaccounted = 0.4}).verdict,
+            Verdict::kClientLimited);
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 5, .paced_arrivals = true, .metrics_found = true}).verdict,
+            Verdict::kRateLimited);
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 0, .peak_in_flight = 5, .paced_arrivals = false}).verdict,
+            Verdict::kWorkloadLimited);
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 5, .paced_arrivals = false}).verdict,
+            Verdict::kWorkloadLimited);
+  const VerdictResult unknown = decide_verdict({.concurrency_cap = 4, .peak_in_flight = 4});
+  EXPECT_NE(unknown.reason.find("unknown"), std::string::npos) << unknown.reason;
+}
+
+RequestRecord record(double start, double end, std::vector<double> chunks, int64_t out, int64_t prompt, int64_t cached) {
+  RequestRecord r;
+  r.ok = true;
+  r.start_s = start;
+  r.end_s = end;
+  r.first_token_s = chunks.front();
+  r.chunk_times_s = std::move(chunks);
+  r.usage_reported = true;
+  r.output_tokens = out;
+  r.prompt_tokens = prompt;
+  r.cached_tokens = cached;
+  return r;
+}
+
+LoadResult synthetic_run(double waiting_at_busy_sample) {
+  LoadResult load;
+  load.records.push_back(record(0.0, 0.5, {0.1, 0.2, 0.4}, 3, 10, 4));
+  load.records.push_back(record(0.25, 0.45, {0.3, 0.35}, 2, 10, 6));
+  RequestRecord failed;
+  failed.start_s = 0.6;
+  failed.end_s = 0.7;
+  failed.error = "HTTP 503: busy";
+  load.records.push_back(failed);
+  load.metrics_found = true;
+  load.request_slots = 2;
+  load.samples = {{.t_s = 0.3, .running = 1, .waiting = waiting_at_busy_sample},  // client has 2 in flight
+                  {.t_s = 0.55, .running = 0, .waiting = 3}};                       // client has none
+  return load;
+}
+
+TEST(Summary, HandComputedRun) {
+  const RunDescription run{.requested_concurrency = 2, .request_rate = kInf, .num_gpus = 2};
+  const RunSummary s = summarize_run(run, synthetic_run(1));
+  EXPECT_EQ(s.completed, 2u);
+  EXPECT_EQ(s.failed, 1u);
+  EXPECT_EQ(s.first_errors.at(0), "HTTP 503: busy");
+  EXPECT_NEAR(s.ttft_ms.mean, 75, 1e-9);                    // 100, 50
+  EXPECT_NEAR(s.tpot_ms.mean, 175, 1e-9);                   // (0.5-0.1)/2 = 200, (0.45-0.3)/1 = 150
+  EXPECT_NEAR(s.output_tokens_per_s_per_user, 1000.0 / 175, 1e-9);
+  EXPECT_EQ(s.itl_ms.count, 3u);                            // 100, 200, 50
+  EXPECT_NEAR(s.itl_ms.p50, 100, 1e-9);
+  EXPECT_NEAR(s.itl_ms.max, 200, 1e-9);
+  EXPECT_NEAR(s.e2e_ms.mean, 350, 1e-9);                    // 500, 200
+  EXPECT_NEAR(s.duration_s, 0.7, 1e-12);
+  EXPECT_NEAR(s.output_tokens_per_s, 5 / 0.7, 1e-9);
+  EXPECT_NEAR(s.output_tokens_per_s_per_gpu, 5 / 0.7 / 2, 1e-9);
+  EXPECT_NEAR(s.request_throughput, 2 / 0.7, 1e-9);
+  EXPECT_NEAR(s.prefix_cache_hit_rate, 0.5, 1e-12);         // (4 + 6) / 20
+  EXPECT_EQ(s.achieved.peak, 2);
+  EXPECT_NEAR(s.achieved.time_average, (0.5 + 0.2 + 0.1) / 0.7, 1e-9);
+  EXPECT_DOUBLE_EQ(s.server_waiting_max, 3);
+  EXPECT_DOUBLE_EQ(s.verdict_inputs.max_waiting_while_busy, 1);
+  EXPECT_EQ(s.verdict.verdict, Verdict::kCapacityLimited);
+  // The table and JSON carry the same verdict.
+  EXPECT_NE(format_table(s).find("capacity-limited"), std::string::npos);
+  EXPECT_EQ(to_json(s)["verdict"], "capacity-limited");
+  EXPECT_TRUE(to_json(s)["request_rate"].is_null());
+}
+
+TEST(Summary, QueueOnlyAfterTheClientWasDoneIsNotCapacity) {
+  const RunDescription run{.requested_concurrency = 2, .request_rate = kInf};
+  const RunSummary s = summarize_run(run, synthetic_run(0));
+  EXPECT_DOUBLE_EQ(s.verdict_inputs.max_waiting_while_busy, 0);
+  EXPECT_EQ(s.verdict.verdict, Verdict::kClientLimited);  // peak 2 == cap 2
+}
+
+}  // namespace
+}  // namespace nibble::bench

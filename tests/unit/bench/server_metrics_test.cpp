@@ -1,0 +1,44 @@
+// Running/waiting counts from Prometheus text in nibble's, vLLM's and SGLang's names.
+#include <gtest/gtest.h>
+
+#include "bench/server_metrics.h"
+
+namespace nibble::bench {
+namespace {
+
+TEST(ServerMetrics, VllmSumsOverLabelSets) {
+  const ServerLoad load = parse_server_load(
+      "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+      "# TYPE vllm:num_requests_running gauge\n"
+      "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3.0\n"
+      "vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 2.0\n"
+      "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 7.0 1712345678000\n"
+      "vllm:num_requests_waiting_by_reason{reason=\"capacity\"} 99\n");
+  ASSERT_TRUE(load.running && load.waiting);
+  EXPECT_DOUBLE_EQ(*load.running, 5);
+  EXPECT_DOUBLE_EQ(*load.waiting, 7);
+}
+
+TEST(ServerMetrics, SglangAndNibbleNamesAndPriority) {
+  ServerLoad load = parse_server_load("sglang:num_running_reqs{model_name=\"x\"} 4\nsglang:num_queue_reqs{model_name=\"x\"} 0\n");
+  EXPECT_DOUBLE_EQ(load.running.value(), 4);
+  EXPECT_DOUBLE_EQ(load.waiting.value(), 0);
+  load = parse_server_load("vllm:num_requests_running 9\nnibble_requests_running 2\nnibble_requests_waiting 1\n");
+  EXPECT_DOUBLE_EQ(load.running.value(), 2);  // nibble's name first
+  EXPECT_DOUBLE_EQ(load.waiting.value(), 1);
+}
+
+TEST(ServerMetrics, OddLabelsMalformedLinesAndAbsence) {
+  const ServerLoad load = parse_server_load(
+      "nibble:num_requests_running{path=\"/a}b\",q=\"say \\\"hi\\\"\"} 6\r\n"
+      "nibble:num_requests_waiting{broken 5\n"
+      "nibble:num_requests_waiting NaN\n"
+      "nibble:num_requests_waiting twelve\n");
+  EXPECT_DOUBLE_EQ(load.running.value(), 6);
+  EXPECT_FALSE(load.waiting.has_value());
+  const ServerLoad none = parse_server_load("process_cpu_seconds_total 1.5\n");
+  EXPECT_FALSE(none.running || none.waiting);
+}
+
+}  // namespace
+}  // namespace nibble::bench
