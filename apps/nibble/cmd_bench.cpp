@@ -207,6 +207,7 @@ std::string rebuild_command(CLI::App* cmd) {
   for (const CLI::Option* opt : cmd->get_options()) {
     if (opt->count() == 0 || opt->get_name() == "--help") continue;
     line += " " + opt->get_name();
+    if (opt->get_name() == "--no-progress" || opt->get_name() == "--no-ignore-eos") continue;  // flags take no value
     for (const std::string& r : opt->results()) line += " " + r;
   }
   return line;

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "eval/eval_run.h"
 #include "eval/report.h"
+#include "kv_scale_flags.h"
 
 namespace {
 
@@ -22,6 +23,7 @@ struct EvalArgs {
   std::string depths = "0,0.25,0.5,0.75,1";
   std::string out = "eval_out";
   bool json = false;
+  nibble::cli::KvScaleFlags kv_scale_flags;
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -53,6 +55,8 @@ std::vector<T> parse_numbers(const std::string& flag, const std::string& list) {
 
 void run_eval_command(EvalArgs& args) {
   args.options.tasks = split(args.tasks);
+  args.options.kv_scales = args.kv_scale_flags.kv_scales;
+  args.options.nvfp4_scale_rule = nibble::cli::parse_nvfp4_scale_rule(args.kv_scale_flags.nvfp4_scale_rule);
   args.options.passkey_lengths = parse_numbers<int64_t>("--passkey-lengths", args.lengths);
   args.options.passkey_depths = parse_numbers<double>("--passkey-depths", args.depths);
   const nibble::eval::EvalReport report = nibble::eval::run_eval(args.options);
@@ -90,6 +94,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--seed", o.seed, "Seed for passkey items and the bootstrap")->capture_default_str();
   cmd->add_option("--device", o.device, "cpu | cuda")->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads (0 = one per core)")->capture_default_str();
+  nibble::cli::add_kv_scale_flags(cmd, args->kv_scale_flags);
   cmd->add_option("--out", args->out, "Output directory for the reports")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print report.json on stdout instead of the Markdown report");
   cmd->callback([args] { run_eval_command(*args); });

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "quant/kv_format.h"
 #include "runtime/session.h"
+#include "kv_scale_flags.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,7 +35,9 @@ struct GenerateArgs {
   int64_t page_size = 16;
   int64_t chunk = 512;
   std::string device = "cpu";
+  std::string weights;  // "" = the device's default (bf16 on cuda)
   int threads = 0;
+  nibble::cli::KvScaleFlags kv_scale_flags;
   bool ignore_eos = false;
 };
 
@@ -55,7 +58,8 @@ void run_generate(const GenerateArgs& args) {
   const quant::Rotation rotation = quant::parse_rotation(args.rotate);
 
   runtime::LoadedModel model = runtime::load_model({.dir = args.model_dir, .device = args.device,
-                                                    .num_threads = args.threads});
+                                                    .num_threads = args.threads,
+                                                    .weights = runtime::parse_weight_precision(args.weights)});
   const Tokenizer tokenizer = Tokenizer::load(args.model_dir);
   std::vector<int32_t> prompt;
   if (args.chat) {
@@ -74,7 +78,12 @@ void run_generate(const GenerateArgs& args) {
                                    .page_size = args.page_size,
                                    .prefill_chunk = args.chunk,
                                    .max_context = std::min<int64_t>(context, static_cast<int64_t>(prompt.size()) +
-                                                                                 std::max<int64_t>(args.max_tokens, 1))});
+                                                                                 std::max<int64_t>(args.max_tokens, 1)),
+                                   .global_scales = cli::kv_global_scales(
+                                       args.kv_scale_flags, model.transformer().kv_geometry().num_layers, kv_dtype,
+                                       rotation),
+                                   .nvfp4_scale_rule = cli::parse_nvfp4_scale_rule(
+                                       args.kv_scale_flags.nvfp4_scale_rule)});
   sampling::Sampler sampler(params);
   StreamingDetokenizer detok(tokenizer, /*skip_special=*/true);
   const std::vector<int64_t>& eos = model.config().eos_token_ids;
@@ -135,7 +144,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--page-size", args->page_size, "Tokens per KV page")->capture_default_str();
   cmd->add_option("--chunk", args->chunk, "Prefill chunk in tokens (0 = whole prompt)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--weights", args->weights, "Weight matrices: bf16 | f32 (default: bf16 on cuda; cpu is f32 only)")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--threads", args->threads, "CPU threads (0 = one per core)")->capture_default_str();
+  nibble::cli::add_kv_scale_flags(cmd, args->kv_scale_flags);
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the end-of-sequence token");
   cmd->callback([args] { run_generate(*args); });
 }

@@ -13,6 +13,7 @@
 #include "common/npy.h"
 #include "quant/kv_format.h"
 #include "runtime/session.h"
+#include "kv_scale_flags.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -28,7 +29,9 @@ struct ScoreArgs {
   std::string logits_out;
   bool json = false;
   std::string device = "cpu";
+  std::string weights;  // "" = the device's default (bf16 on cuda)
   int threads = 0;
+  nibble::cli::KvScaleFlags kv_scale_flags;
 };
 
 std::vector<int32_t> read_ids(const std::string& path) {
@@ -56,7 +59,8 @@ void run_score(const ScoreArgs& args) {
   const quant::KvDtype kv_dtype = quant::parse_kv_dtype(args.kv_dtype);
   const quant::Rotation rotation = quant::parse_rotation(args.rotate);
   runtime::LoadedModel model = runtime::load_model({.dir = args.model_dir, .device = args.device,
-                                                    .num_threads = args.threads});
+                                                    .num_threads = args.threads,
+                                                    .weights = runtime::parse_weight_precision(args.weights)});
   const std::vector<int32_t> ids = args.text ? Tokenizer::load(args.model_dir).encode(*args.text) : read_ids(*args.ids_json);
   NIBBLE_CHECK(!ids.empty(), "nothing to score: the input has no tokens");
   const int64_t vocab = model.config().vocab_size;
@@ -66,7 +70,12 @@ void run_score(const ScoreArgs& args) {
   NIBBLE_CHECK(n <= context, "the input is {} tokens, longer than the model's context of {} tokens", n, context);
 
   runtime::Session session(model, {.kv_dtype = kv_dtype, .rotation = rotation, .page_size = args.page_size,
-                                   .prefill_chunk = args.chunk, .max_context = n});
+                                   .prefill_chunk = args.chunk, .max_context = n,
+                                   .global_scales = cli::kv_global_scales(
+                                       args.kv_scale_flags, model.transformer().kv_geometry().num_layers, kv_dtype,
+                                       rotation),
+                                   .nvfp4_scale_rule = cli::parse_nvfp4_scale_rule(
+                                       args.kv_scale_flags.nvfp4_scale_rule)});
   const std::vector<float> logits = session.prefill(ids, {.all_logits = true});  // [n, vocab]
 
   std::vector<double> logprobs;  // [n - 1]
@@ -122,6 +131,9 @@ void add_score_command(CLI::App& app) {
   cmd->add_option("--logits-out", args->logits_out, "Write all logits [positions, vocab] as float32 .npy");
   cmd->add_flag("--json", args->json, "One JSON object on stdout");
   cmd->add_option("--device", args->device, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--weights", args->weights, "Weight matrices: bf16 | f32 (default: bf16 on cuda; cpu is f32 only)")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--threads", args->threads, "CPU threads (0 = one per core)")->capture_default_str();
+  nibble::cli::add_kv_scale_flags(cmd, args->kv_scale_flags);
   cmd->callback([args] { run_score(*args); });
 }

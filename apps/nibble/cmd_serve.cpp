@@ -29,6 +29,7 @@
 #include "runtime/loaded_model.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
+#include "kv_scale_flags.h"
 
 namespace {
 
@@ -59,6 +60,7 @@ struct ServeArgs {
   int64_t max_body_bytes = 8 << 20;
   int http_threads = 256;
   double shutdown_grace_s = 10.0;
+  nibble::cli::KvScaleFlags kv_scale_flags;
 };
 
 struct PoolSize {
@@ -136,6 +138,8 @@ void run_serve(const ServeArgs& args) {
                                : args.served_model_name;
   const std::string model_name = name.empty() ? args.model_dir : name;
 
+  const cache::KvGlobalScales kv_scales =
+      cli::kv_global_scales(args.kv_scale_flags, layout.geometry().num_layers, kv_dtype, rotation);
   engine::Engine engine(std::move(model), std::move(tokenizer),
                         {.kv_dtype = kv_dtype,
                          .rotation = rotation,
@@ -144,7 +148,9 @@ void run_serve(const ServeArgs& args) {
                          .max_running = args.max_running,
                          .max_waiting = args.max_waiting,
                          .max_batch_tokens = args.max_batch_tokens,
-                         .prefix_cache = !args.no_prefix_cache});
+                         .prefix_cache = !args.no_prefix_cache,
+                         .global_scales = kv_scales,
+                         .nvfp4_scale_rule = cli::parse_nvfp4_scale_rule(args.kv_scale_flags.nvfp4_scale_rule)});
   server::HttpServer http(engine, {.host = args.host,
                                    .port = args.port,
                                    .model_name = model_name,
@@ -194,6 +200,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "CPU backend threads (0 = one per core)")->capture_default_str();
   cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache format: f32 bf16 fp8 nvfp4 k8v4")->capture_default_str();
   cmd->add_option("--rotate", args->rotate, "KV rotation: none | hadamard")->capture_default_str();
+  nibble::cli::add_kv_scale_flags(cmd, args->kv_scale_flags);
   auto* fraction = cmd->add_option("--mem-fraction", args->mem_fraction,
                                    "Size the KV pool as `nibble plan` does: this fraction of device memory minus weights");
   cmd->add_option("--device-memory", args->device_memory, "Device memory for --mem-fraction, e.g. 141GB");

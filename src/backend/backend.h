@@ -10,6 +10,7 @@
 //   - ops may run asynchronously; copy_to_host() waits for the results it copies.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,8 @@ struct KvCacheView {
   const cache::PageLayout* layout = nullptr;
   const cache::KvGlobalScales* scales = nullptr;  // k[layer], v[layer], host memory
   quant::Rotation rotation = quant::Rotation::kNone;
+  // nvfp4 block-scale rule of kv_write (quant/nvfp4.h); 4-over-6 is implemented by the CPU backend only.
+  quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;
 };
 
 // Geometry of one attention layer.
@@ -102,10 +105,20 @@ class Backend {
                          const AttentionShape& shape, Tensor q, Tensor k, Tensor v, Tensor out) = 0;
 };
 
+// How a backend stores weight matrices (Matrix); vectors (norms, biases) are always float32.
+//   kBF16  rounded once to bf16 (round-to-nearest-even) and multiplied with activations rounded to
+//          bf16 (f32 accumulation): half the memory and bandwidth, logits within ~1e-2 of f32's.
+//   kF32   float32 as loaded, multiplied in float32 (no TF32, no reduced-precision products): the
+//          CUDA backend then matches the CPU backend up to summation order.
+enum class WeightPrecision : uint8_t { kBF16, kF32 };
+
 // "cpu" (always) or "cuda" (when built with the CUDA backend). num_threads 0 = one per core.
+// weights: nullopt = the backend's default, bf16 on cuda; the CPU backend is float32 only and
+// rejects an explicit kBF16 (nibble::Error) rather than silently computing something else.
 struct BackendOptions {
   std::string device = "cpu";
   int num_threads = 0;
+  std::optional<WeightPrecision> weights;
 };
 // Throws nibble::Error for an unknown device name or "cuda" in a build without the CUDA backend.
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);

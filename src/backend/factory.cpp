@@ -9,7 +9,11 @@
 namespace nibble::backend {
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
-  if (options.device == "cpu") return std::make_unique<CpuBackend>(CpuBackendOptions{.num_threads = options.num_threads});
+  if (options.device == "cpu") {
+    NIBBLE_CHECK(options.weights != WeightPrecision::kBF16,
+                 "device 'cpu' keeps weights in float32 only: bf16 weights need --device cuda");
+    return std::make_unique<CpuBackend>(CpuBackendOptions{.num_threads = options.num_threads});
+  }
   if (options.device == "cuda") {
 #if defined(NIBBLE_HAVE_CUDA_BACKEND)
     return make_cuda_backend(options);

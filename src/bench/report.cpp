@@ -29,7 +29,7 @@ VerdictResult decide_verdict(const VerdictInputs& in) {
   if (in.metrics_found && in.mean_unaccounted >= std::max(1.0, 0.25 * in.peak_in_flight)) {
     return {Verdict::kServerLimited,
             fmt::format("on average {:.1f} of the client's in-flight requests were neither running nor waiting in the "
-                        "server: they queued before its scheduler (HTTP threads or accept queue)",
+                        "server: they waited outside its scheduler (HTTP threads, accept queue, or bytes held back by TCP, e.g. no TCP_NODELAY)",
                         in.mean_unaccounted)};
   }
   if (in.concurrency_cap > 0 && in.peak_in_flight >= in.concurrency_cap) {

@@ -83,10 +83,12 @@ Engine::Engine(runtime::LoadedModel model, Tokenizer tokenizer, const EngineOpti
   for (int32_t id : tokenizer_.eos_ids()) {
     if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
   }
+  runtime::check_nvfp4_scale_rule(model_, options.nvfp4_scale_rule);
   core_ = std::make_unique<Core>(runtime::make_kv_pool(model_, {.kv_dtype = options.kv_dtype,
                                                                  .rotation = options.rotation,
                                                                  .page_size = options.page_size,
-                                                                 .num_pages = options.num_pages}),
+                                                                 .num_pages = options.num_pages,
+                                                                 .global_scales = options.global_scales}),
                                  options);
   publish_metrics();
   thread_ = std::thread([this] { loop(); });
@@ -195,6 +197,7 @@ void Engine::loop() {
         for (RequestId id : ids) end_request(id, FinishReason::kCancelled);
         core_->scheduler.check_integrity();
         publish_metrics();
+        flush_outbox();
         std::lock_guard lock(mutex_);
         idle_now_ = true;
         idle_.notify_all();
@@ -203,6 +206,7 @@ void Engine::loop() {
       if (core_->scheduler.idle()) {
         core_->scheduler.check_integrity();
         publish_metrics();
+        flush_outbox();
         std::unique_lock lock(mutex_);
         if (inbox_.empty() && cancels_.empty() && !stop_) {
           idle_now_ = true;
@@ -212,7 +216,8 @@ void Engine::loop() {
         continue;
       }
       run_step();
-      publish_metrics();
+      publish_metrics();  // before the events go out: a client that got its answer sees it in /metrics
+      flush_outbox();
     } catch (const std::exception& e) {
       // A failed step: the requests it served get the error; the engine carries on only if its
       // bookkeeping is still sound.
@@ -222,6 +227,7 @@ void Engine::loop() {
         core_->scheduler.check_integrity();
       } catch (const std::exception& broken) {
         std::fprintf(stderr, "nibble engine: state corrupt, stopping: %s\n", broken.what());
+        flush_outbox();
         std::lock_guard lock(mutex_);
         failure_ = broken.what();
         accepting_ = false;
@@ -230,6 +236,7 @@ void Engine::loop() {
         return;
       }
       publish_metrics();
+      flush_outbox();
     }
   }
 }
@@ -287,7 +294,7 @@ void Engine::run_step() {
                      .all_logits = all_logits});
     lives.push_back(&live);
   }
-  const std::vector<float> logits = runtime::run_forward_step(model_, core_->pool, options_.rotation, steps);
+  const std::vector<float> logits = runtime::run_forward_step(model_, core_->pool, options_.rotation, steps, options_.nvfp4_scale_rule);
 
   std::vector<int32_t> sampled;
   int64_t row = 0;  // logits row of the current sequence's first returned position
@@ -368,7 +375,7 @@ void Engine::deliver(Live& live, EngineEvent event) {
   event.usage = live.usage;
   const FinishReason finish = event.finish;
   const RequestId id = live.stream->id();
-  live.stream->push(std::move(event));
+  outbox_.emplace_back(live.stream, std::move(event));
   if (finish == FinishReason::kNone) return;
   if (finish == FinishReason::kCancelled) {
     ++working_.requests_cancelled;
@@ -394,6 +401,11 @@ void Engine::fail_all(const std::string& message) {
   std::vector<RequestId> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
   for (RequestId id : ids) end_request(id, FinishReason::kError, message);
+}
+
+void Engine::flush_outbox() {
+  for (auto& [stream, event] : outbox_) stream->push(std::move(event));
+  outbox_.clear();
 }
 
 void Engine::publish_metrics() {

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/page_layout.h"
 #include "common/error.h"
 #include "engine/metrics.h"
 #include "engine/request_stream.h"
@@ -45,6 +46,8 @@ struct EngineOptions {
   int64_t max_waiting = 1024;      // submitted but not admitted; more are refused (kBusy)
   int64_t max_batch_tokens = 512;  // tokens per step (decodes + prefill chunks)
   bool prefix_cache = true;
+  cache::KvGlobalScales global_scales{};  // per-layer K/V g (from --kv-scales); empty = 1.0
+  quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;  // 4-over-6: CPU only
 };
 
 struct GenerationRequest {
@@ -125,6 +128,7 @@ class Engine {
   void end_request(RequestId id, FinishReason reason, const std::string& error = {});
   void fail_all(const std::string& message);
   void publish_metrics();
+  void flush_outbox();  // pushes the events deliver() queued, after publish_metrics()
 
   runtime::LoadedModel model_;
   Tokenizer tokenizer_;
@@ -134,6 +138,7 @@ class Engine {
   std::vector<int32_t> eos_ids_;
   std::unique_ptr<Core> core_;
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
+  std::vector<std::pair<std::shared_ptr<RequestStream>, EngineEvent>> outbox_;  // engine thread only
 
   // Handover between threads.
   mutable std::mutex mutex_;

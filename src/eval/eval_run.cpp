@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cache/kv_scales_file.h"
 #include "common/error.h"
 #include "eval/corpus.h"
 #include "eval/kv_config.h"
@@ -46,12 +47,26 @@ EvalReport run_eval(const EvalOptions& o) {
       report.configs.push_back(c.name);
     }
   }
+  const std::optional<cache::KvScalesFile> scales_file =
+      o.kv_scales.empty() ? std::nullopt : std::optional(cache::read_kv_scales_file(o.kv_scales));
+  for (KvConfig& c : configs) {
+    c.nvfp4_scale_rule = o.nvfp4_scale_rule;
+    const quant::KvFormat f = quant::kv_format(c.dtype);
+    if (!scales_file || !(quant::uses_global_scale(f.k) || quant::uses_global_scale(f.v))) continue;
+    NIBBLE_CHECK(scales_file->rotation == c.rotation,
+                 "--kv-scales {} was calibrated for another rotation than configuration {} (calibrate again with "
+                 "its --rotate, or run that configuration separately)", o.kv_scales, c.name);
+    const cache::KvScalesUse use{
+        .num_layers = model.transformer().kv_geometry().num_layers, .dtype = c.dtype, .rotation = c.rotation};
+    c.global_scales = cache::select_kv_global_scales(*scales_file, use, o.kv_scales);
+  }
   report.settings = {{"tasks", o.tasks},     {"context", o.context},      {"documents", o.documents},
                      {"chunk", o.chunk},     {"page_size", o.page_size},  {"seed", o.seed},
                      {"device", o.device},   {"corpus", o.corpus},        {"passkey_lengths", o.passkey_lengths},
                      {"passkey_depths", o.passkey_depths}, {"samples", o.samples},
                      {"max_new_tokens", o.max_new_tokens}, {"bootstrap_resamples", o.bootstrap_resamples},
-                     {"head_dim", head_dim}, {"model_context", context}};
+                     {"head_dim", head_dim}, {"model_context", context}, {"kv_scales", o.kv_scales},
+                     {"nvfp4_scale_rule", o.nvfp4_scale_rule == quant::Nvfp4ScaleRule::kFourOverSix ? "4over6" : "6"}};
 
   if (wants(o, "perplexity")) {
     NIBBLE_CHECK(o.context <= context, "--context {} exceeds the model's context of {} tokens", o.context, context);

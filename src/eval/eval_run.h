@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "eval/report.h"
+#include "quant/nvfp4.h"
 
 namespace nibble::eval {
 
@@ -32,6 +33,10 @@ struct EvalOptions {
   int64_t bootstrap_resamples = 2000;
   std::string device = "cpu";
   int threads = 0;
+  // KV scales (cache/kv_scales_file.h) for every configuration with a global scale (fp8, nvfp4,
+  // k8v4; each must use the file's rotation); "" = g = 1. The nvfp4 block-scale rule of every config.
+  std::string kv_scales{};
+  quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;
 };
 
 // Throws nibble::Error for a bad option (unknown task or configuration, a reference that cannot run

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/page_layout.h"
 #include "quant/kv_format.h"
 
 namespace nibble::eval {
@@ -15,6 +16,8 @@ struct KvConfig {
   std::string name{};  // canonical: "<dtype>" or "<dtype>+hadamard"
   quant::KvDtype dtype = quant::KvDtype::kF32;
   quant::Rotation rotation = quant::Rotation::kNone;
+  cache::KvGlobalScales global_scales{};  // per-layer g (from --kv-scales); empty = 1.0
+  quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;
 };
 
 // Throws nibble::Error naming the bad spelling (unknown dtype, unknown modifier, empty).

@@ -94,7 +94,9 @@ std::vector<PasskeyOutcome> run_passkey(runtime::LoadedModel& model, const Token
                                      .rotation = config.rotation,
                                      .page_size = options.page_size,
                                      .prefill_chunk = options.chunk,
-                                     .max_context = needed});
+                                     .max_context = needed,
+                                     .global_scales = config.global_scales,
+                                     .nvfp4_scale_rule = config.nvfp4_scale_rule});
     std::vector<float> logits = session.prefill(item.prompt);  // [vocab] of the last prompt token
     std::vector<int32_t> generated;
     for (int64_t t = 0; t < options.max_new_tokens; ++t) {

@@ -25,7 +25,9 @@ runtime::SessionOptions session_options(const KvConfig& config, const Perplexity
           .rotation = config.rotation,
           .page_size = options.page_size,
           .prefill_chunk = 0,  // run_perplexity hands the session one chunk per prefill call
-          .max_context = tokens};
+          .max_context = tokens,
+          .global_scales = config.global_scales,
+          .nvfp4_scale_rule = config.nvfp4_scale_rule};
 }
 
 }  // namespace

@@ -215,6 +215,7 @@ void Transformer::forward(const backend::StepPlan& plan, const backend::KvCacheV
       be.rms_norm(k.reshaped(d), p.k_norm, eps, k.reshaped(d));
     }
     be.rope(*step, q, k, d, inv_freq_);
+    if (kv_observer_) kv_observer_(layer, k, v);
     be.kv_write(*step, cache, layer, k, v);
     be.attention(*step, cache, layer, shape, q, k, v, attn);
     be.matmul(attn, p.wo, {}, h);

@@ -10,6 +10,7 @@
 //               h = rms_norm(x);  x += (silu(h Wg^T) * (h Wu^T)) Wd^T
 //   logits = rms_norm(x[logit rows]) lm_head^T                          [L, vocab]
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -42,6 +43,12 @@ class Transformer {
   // plan's logit rows in `logits` (host, [plan.num_logit_rows(), vocab] row-major).
   void forward(const backend::StepPlan& plan, const backend::KvCacheView& cache, std::vector<float>& logits);
 
+  // Called in every forward() with (layer, k, v) right before kv_write: k, v [total_tokens,
+  // num_kv_heads * head_dim] after RoPE, before any rotation, in the backend's memory. For
+  // measurements (nibble calibrate); empty = none. The tensors are valid only during the call.
+  using KvObserver = std::function<void(int64_t layer, backend::Tensor k, backend::Tensor v)>;
+  void set_kv_observer(KvObserver observer) { kv_observer_ = std::move(observer); }
+
  private:
   struct LayerParams;
   struct Activations;
@@ -56,6 +63,7 @@ class Transformer {
   backend::Vector inv_freq_;    // [head_dim / 2]
   std::vector<LayerParams> layers_;
   std::unique_ptr<Activations> act_;
+  KvObserver kv_observer_;
 };
 
 }  // namespace nibble::model

@@ -49,6 +49,52 @@ NIBBLE_HD uint8_t nvfp4_quantize_block(const float* x, float global_scale, uint8
   return scale;
 }
 
+// Which block scale nvfp4 stores: kAmaxOver6 (the definition above, the default) or kFourOverSix.
+enum class Nvfp4ScaleRule : uint8_t { kAmaxOver6, kFourOverSix };
+
+// "4 over 6": quantizes the block twice, once with t = amax/6 (nvfp4_quantize_block exactly) and
+// once with t = amax/4 (same steps otherwise: s = e4m3(t / g), zero block when s = 0,
+// q_i = e2m1(x_i / (float(s)·g)), x̂_i = q_i·s·g), and keeps the candidate whose block error
+// E = Σ_i (x̂_i − x_i)², summed in float32 over i = 0..15 in order, is smaller; on a tie (and when
+// either error is not a number, e.g. NaN or Inf in the block) it keeps amax/6. amax/4 maps the
+// largest element to the E2M1 code 4 instead of 6: coarser headroom but finer steps near amax
+// (4 → 6 is one step of 2; 3 → 4 one step of 1). Decoding is unchanged (nvfp4_dequantize_block).
+// docs/kv_layout.md states the same.
+
+// Σ_i (x̂_i − x_i)² of one quantized block, float32, i = 0..15 in order. x: [16], packed: [8].
+NIBBLE_HD float nvfp4_block_squared_error(const float* x, const uint8_t* packed, uint8_t scale, float global_scale) {
+  const float s = f32_from_e4m3(scale);
+  float err = 0.0f;
+  for (int i = 0; i < kNvfp4Block; ++i) {
+    const float q = f32_from_e2m1((packed[i / 2] >> (4 * (i % 2))) & 0xF);
+    const float d = q * s * global_scale - x[i];
+    err += d * d;
+  }
+  return err;
+}
+
+// x: [16] float32 -> packed: [8] bytes, returns the block's E4M3 scale (the 4-over-6 rule above).
+NIBBLE_HD uint8_t nvfp4_quantize_block_4over6(const float* x, float global_scale, uint8_t* packed) {
+  const uint8_t scale6 = nvfp4_quantize_block(x, global_scale, packed);
+  float amax = 0.0f;
+  for (int i = 0; i < kNvfp4Block; ++i) amax = amax_nan(amax, x[i]);
+  const uint8_t scale4 = e4m3_from_f32((amax / 4.0f) / global_scale);
+  const float s4 = f32_from_e4m3(scale4);
+  if (s4 == 0.0f || is_nan(s4)) return scale6;  // nothing to gain: zero or NaN block
+  uint8_t packed4[kNvfp4BlockBytes];
+  const float denom = s4 * global_scale;
+  for (int i = 0; i < kNvfp4BlockBytes; ++i) {
+    const uint8_t lo = e2m1_from_f32(x[2 * i] / denom);
+    const uint8_t hi = e2m1_from_f32(x[2 * i + 1] / denom);
+    packed4[i] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+  const float err6 = nvfp4_block_squared_error(x, packed, scale6, global_scale);
+  const float err4 = nvfp4_block_squared_error(x, packed4, scale4, global_scale);
+  if (!(err4 < err6)) return scale6;  // ties and NaN errors keep amax/6
+  for (int i = 0; i < kNvfp4BlockBytes; ++i) packed[i] = packed4[i];
+  return scale4;
+}
+
 // packed: [8] bytes + scale -> out: [16] float32.
 NIBBLE_HD void nvfp4_dequantize_block(const uint8_t* packed, uint8_t scale, float global_scale, float* out) {
   const float s = f32_from_e4m3(scale);

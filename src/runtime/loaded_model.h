@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "backend/backend.h"
 #include "config/model_config.h"
@@ -20,6 +21,9 @@ struct LoadModelOptions {
   std::string device = "cpu";
   int num_threads = 0;             // CPU backend threads; 0 = one per core
   std::optional<bool> progress;    // loading progress bar; nullopt = when stderr is a terminal
+  // Weight matrices on the device (backend.h); nullopt = the backend's default (bf16 on cuda,
+  // f32 on cpu, which rejects bf16).
+  std::optional<backend::WeightPrecision> weights;
 };
 
 class LoadedModel {
@@ -37,6 +41,10 @@ class LoadedModel {
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<model::Transformer> transformer_;
 };
+
+// The command line's --weights value: "" = nullopt (the device's default), "bf16", "f32"; anything
+// else throws nibble::Error naming the value.
+std::optional<backend::WeightPrecision> parse_weight_precision(std::string_view name);
 
 // Throws nibble::Error naming the directory and the missing or malformed file (config.json,
 // safetensors), the unsupported architecture, or the device.

@@ -29,7 +29,8 @@ cache::KvPool make_pool(LoadedModel& model, const SessionOptions& options, int64
   return make_kv_pool(model, {.kv_dtype = options.kv_dtype,
                               .rotation = options.rotation,
                               .page_size = options.page_size,
-                              .num_pages = pool_pages(options, max_context)});
+                              .num_pages = pool_pages(options, max_context),
+                              .global_scales = options.global_scales});
 }
 
 }  // namespace
@@ -41,6 +42,7 @@ Session::Session(LoadedModel& model, const SessionOptions& options)
       rotation_(options.rotation),
       pool_(make_pool(model, options, max_context_)) {
   NIBBLE_CHECK(options.prefill_chunk >= 0, "prefill chunk must not be negative, got {}", options.prefill_chunk);
+  check_nvfp4_scale_rule(model, options.nvfp4_scale_rule);
   add_sequence();
 }
 
@@ -99,7 +101,7 @@ std::vector<float> Session::step(std::span<const StepInput> inputs) {
     steps.push_back({.first_position = seq.length, .tokens = in.tokens, .pages = seq.pages,
                      .all_logits = in.all_logits});
   }
-  std::vector<float> logits = run_forward_step(model_, pool_, rotation_, steps);
+  std::vector<float> logits = run_forward_step(model_, pool_, rotation_, steps, options_.nvfp4_scale_rule);
   for (const StepInput& in : inputs) sequence(in.sequence).length += static_cast<int64_t>(in.tokens.size());
   return logits;
 }
@@ -126,7 +128,7 @@ std::vector<float> Session::decode(int32_t token) {
   return step(std::span(&input, 1));
 }
 
-backend::KvCacheView Session::kv_view() { return kv_cache_view(pool_, rotation_); }
+backend::KvCacheView Session::kv_view() { return kv_cache_view(pool_, rotation_, options_.nvfp4_scale_rule); }
 
 void Session::check_integrity() const {
   pool_.check_integrity();

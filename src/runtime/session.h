@@ -28,6 +28,10 @@ struct SessionOptions {
   int64_t prefill_chunk = 0;   // tokens per prefill step; 0 = the whole prompt in one step
   int64_t max_context = 0;     // tokens per sequence the pool is sized for; 0 = the model's context
   int64_t max_sequences = 1;   // sequences the pool is sized for
+  // Per-layer K/V global scales g (e.g. from `nibble calibrate`, cache/kv_scales_file.h); empty = 1.0.
+  cache::KvGlobalScales global_scales{};
+  // nvfp4 block-scale rule; kFourOverSix runs on the CPU backend only (the constructor throws otherwise).
+  quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;
 };
 
 struct PrefillOptions {

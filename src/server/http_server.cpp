@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <cstdio>
 #include <random>
 
@@ -20,7 +22,14 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr milliseconds kPoll{100};  // how often a waiting handler looks at its client and the engine
+constexpr milliseconds kPoll{100};
+constexpr int kListenBacklog = 4096;  // httplib listens with a backlog of 5: a burst of clients would be refused
+
+// httplib::Server with access to its listening socket, to widen the backlog.
+class ListeningServer : public httplib::Server {
+ public:
+  int socket_fd() const { return svr_sock_; }
+};  // how often a waiting handler looks at its client and the engine
 
 void send_error(httplib::Response& res, const ApiError& error) {
   res.status = error.status;
@@ -97,7 +106,7 @@ bool stream_some(StreamState& st, httplib::DataSink& sink) {
 }  // namespace
 
 HttpServer::HttpServer(engine::Engine& engine, HttpServerOptions options)
-    : engine_(engine), options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
+    : engine_(engine), options_(std::move(options)), server_(std::make_unique<ListeningServer>()) {
   NIBBLE_CHECK(options_.http_threads >= 1, "http threads must be >= 1, got {}", options_.http_threads);
   NIBBLE_CHECK(options_.max_body_bytes >= 1, "max body bytes must be >= 1, got {}", options_.max_body_bytes);
   const int threads = options_.http_threads;
@@ -118,6 +127,9 @@ int HttpServer::bind() {
     NIBBLE_CHECK(server_->bind_to_port(options_.host, options_.port), "cannot bind {}:{} (in use?)", options_.host,
                  options_.port);
   }
+  // Calling listen() again on a listening socket only updates its backlog (Linux, POSIX).
+  NIBBLE_CHECK(::listen(static_cast<ListeningServer&>(*server_).socket_fd(), kListenBacklog) == 0,
+               "cannot set the listen backlog on {}:{}", options_.host, options_.port);
   return options_.port;
 }
 

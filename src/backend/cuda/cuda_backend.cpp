@@ -87,7 +87,7 @@ void check_kv_shape(const char* op, const char* what, const StepPlan& plan, cons
 
 }  // namespace
 
-CudaBackend::CudaBackend() {
+CudaBackend::CudaBackend(WeightPrecision weights) : weights_(weights) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   NIBBLE_CHECK(status == cudaSuccess && count > 0, "device 'cuda': no usable CUDA device ({})",
@@ -133,6 +133,12 @@ Matrix CudaBackend::upload_matrix(const float* host_data, int64_t out_features, 
   NIBBLE_CHECK(out_features > 0 && in_features > 0, "upload_matrix: shape [{}, {}] must be positive", out_features,
                in_features);
   const int64_t n = out_features * in_features;
+  max_in_features_ = std::max(max_in_features_, in_features);
+  if (weights_ == WeightPrecision::kF32) {  // f32 [out, in] as it is
+    owner = allocate(n * static_cast<int64_t>(sizeof(float)));
+    copy_from_host(owner->data(), host_data, n * static_cast<int64_t>(sizeof(float)));
+    return {owner->data(), out_features, in_features};
+  }
   owner = allocate(n * static_cast<int64_t>(sizeof(uint16_t)));
   auto* dst = static_cast<uint16_t*>(owner->data());
   // f32 through a staging buffer, rounded to bf16 on the device (quant::bf16_from_f32, RNE), in
@@ -146,7 +152,6 @@ Matrix CudaBackend::upload_matrix(const float* host_data, int64_t out_features, 
     cuda::convert_f32_to_bf16({.x = staging.as<float>(), .out = dst + first, .n = count}, stream_);
   }
   synchronize();
-  max_in_features_ = std::max(max_in_features_, in_features);
   return {dst, out_features, in_features};
 }
 
@@ -158,8 +163,8 @@ Vector CudaBackend::upload_vector(const float* host_data, int64_t size, std::uni
 }
 
 std::unique_ptr<PlannedStep> CudaBackend::plan(const StepPlan& plan) {
-  // Size the matmul scratch for this step now, so no layer allocates.
-  reserve_bf16_scratch(plan.total_tokens * max_in_features_);
+  // Size the matmul scratch for this step now, so no layer allocates (f32 weights need none).
+  if (weights_ == WeightPrecision::kBF16) reserve_bf16_scratch(plan.total_tokens * max_in_features_);
   return std::make_unique<CudaPlannedStep>(plan, stream_);
 }
 
@@ -183,7 +188,9 @@ void CudaBackend::embedding(const PlannedStep& step, const Matrix& table, Tensor
                  table.out_features);
   }
   cuda::embedding({.token_ids = s.token_ids(),
-                   .table = static_cast<const uint16_t*>(table.data),
+                   .table = table.data,
+                   .table_dtype =
+                       weights_ == WeightPrecision::kF32 ? cuda::WeightDtype::kF32 : cuda::WeightDtype::kBF16,
                    .out = out.data,
                    .rows = out.rows,
                    .vocab = table.out_features,
@@ -209,15 +216,22 @@ void CudaBackend::matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor o
                "matmul: [{}, {}] x [{}, {}]^T exceeds cuBLAS's int dimensions", x.rows, x.cols, w.out_features,
                w.in_features);
   if (x.rows == 0) return;
-  reserve_bf16_scratch(x.numel());  // a no-op after plan() sized it
-  cuda::convert_f32_to_bf16({.x = x.data, .out = static_cast<uint16_t*>(bf16_scratch_), .n = x.numel()}, stream_);
   // Row-major out [M, N] = x [M, K] · W^T, W row-major [N, K]. In cuBLAS's column-major terms:
   // out^T [N, M] = W^T(op T of W seen as col-major [K, N]) · x^T (col-major [K, M]).
   const int m = static_cast<int>(w.out_features), n = static_cast<int>(x.rows), k = static_cast<int>(w.in_features);
   const float alpha = 1.0f, beta = 0.0f;
-  NIBBLE_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, CUDA_R_16BF, k,
-                                   bf16_scratch_, CUDA_R_16BF, k, &beta, out.data, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT));
+  if (weights_ == WeightPrecision::kF32) {
+    // PEDANTIC: f32 products and f32 sums, never TF32 or another reduced-precision path.
+    NIBBLE_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, CUDA_R_32F, k, x.data,
+                                     CUDA_R_32F, k, &beta, out.data, CUDA_R_32F, m, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                     CUBLAS_GEMM_DEFAULT));
+  } else {
+    reserve_bf16_scratch(x.numel());  // a no-op after plan() sized it
+    cuda::convert_f32_to_bf16({.x = x.data, .out = static_cast<uint16_t*>(bf16_scratch_), .n = x.numel()}, stream_);
+    NIBBLE_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, CUDA_R_16BF, k,
+                                     bf16_scratch_, CUDA_R_16BF, k, &beta, out.data, CUDA_R_32F, m,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
   if (bias.data != nullptr) {
     cuda::bias_add({.x = out.data, .bias = bias.data, .rows = out.rows, .cols = out.cols}, stream_);
   }
@@ -395,8 +409,7 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
-  (void)options;
-  return std::make_unique<CudaBackend>();
+  return std::make_unique<CudaBackend>(options.weights.value_or(WeightPrecision::kBF16));
 }
 
 }  // namespace nibble::backend

@@ -2,11 +2,13 @@
 // The CUDA backend: the ops seam (backend/backend.h) on one NVIDIA GPU.
 //
 //   memory      device buffers (cudaMalloc, zero-filled), copies on the backend's stream;
-//   weights     matrices stored as bf16 on the device, converted once from f32 with
-//               round-to-nearest-even (quant/bf16.h); every Matrix this backend hands out is bf16
-//               (the seam's Matrix carries no dtype); vectors stay f32;
-//   matmul      cuBLAS: the f32 activation rows are rounded to bf16, then cublasGemmEx with f32
-//               accumulation and f32 output (+ a bias kernel);
+//   weights     matrices in the backend's WeightPrecision (backend.h), fixed at construction: every
+//               Matrix this backend hands out has it (the seam's Matrix carries no dtype).
+//               kBF16 (default): converted once from f32 with round-to-nearest-even (quant/bf16.h);
+//               kF32: copied as they are. Vectors stay f32;
+//   matmul      cuBLAS, f32 output (+ a bias kernel). kBF16: the f32 activation rows are rounded to
+//               bf16, then cublasGemmEx with f32 accumulation. kF32: cublasGemmEx on the f32 rows
+//               with CUBLAS_COMPUTE_32F_PEDANTIC (f32 products and sums, never TF32);
 //   small ops   elementwise.h;
 //   KV writes   kv_write.h (head_dim 64/128/256), generic_kv_write.h otherwise;
 //   attention   decode sequences -> decode_attention.h (head_dim 64/128/256, page_size % 16 == 0),
@@ -29,7 +31,7 @@ namespace nibble::backend {
 class CudaBackend final : public Backend {
  public:
   // Uses the current CUDA device. Throws nibble::Error when there is none.
-  CudaBackend();
+  explicit CudaBackend(WeightPrecision weights = WeightPrecision::kBF16);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -39,7 +41,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Buffer> allocate(int64_t bytes) override;
   void copy_from_host(void* device_dst, const void* host_src, int64_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, int64_t bytes) override;
-  // W [out, in] f32 on the host -> bf16 [out, in] on the device (owner holds it).
+  // W [out, in] f32 on the host -> [out, in] on the device in weight_precision() (owner holds it).
   Matrix upload_matrix(const float* host_data, int64_t out_features, int64_t in_features,
                        std::unique_ptr<Buffer>& owner) override;
   Vector upload_vector(const float* host_data, int64_t size, std::unique_ptr<Buffer>& owner) override;
@@ -58,6 +60,7 @@ class CudaBackend final : public Backend {
   void attention(const PlannedStep& step, const KvCacheView& cache, int64_t layer, const AttentionShape& shape,
                  Tensor q, Tensor k, Tensor v, Tensor out) override;
 
+  WeightPrecision weight_precision() const { return weights_; }
   cudaStream_t stream() const { return stream_; }
   // Waits for all queued work.
   void synchronize();
@@ -66,15 +69,16 @@ class CudaBackend final : public Backend {
   // Grows the bf16 scratch that matmul converts its activations into (stream-ordered).
   void reserve_bf16_scratch(int64_t elements);
 
+  WeightPrecision weights_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   int num_sms_ = 0;
   int64_t max_in_features_ = 0;         // widest matrix uploaded: sizes the scratch in plan()
-  void* bf16_scratch_ = nullptr;        // [bf16_scratch_elements_] bf16 activations of one matmul
+  void* bf16_scratch_ = nullptr;        // [bf16_scratch_elements_] bf16 activations of one matmul (kBF16 only)
   int64_t bf16_scratch_elements_ = 0;
 };
 
-// The factory's entry (backend/factory.cpp). options.num_threads is ignored.
+// The factory's entry (backend/factory.cpp). options.weights nullopt = kBF16; num_threads is ignored.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 
 }  // namespace nibble::backend

@@ -32,7 +32,10 @@ __global__ void embedding_kernel(EmbeddingParams p) {
   const int64_t n = p.rows * p.hidden;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const int64_t row = i / p.hidden, col = i % p.hidden;
-    p.out[i] = quant::f32_from_bf16(p.table[static_cast<int64_t>(p.token_ids[row]) * p.hidden + col]);
+    const int64_t src = static_cast<int64_t>(p.token_ids[row]) * p.hidden + col;
+    p.out[i] = p.table_dtype == WeightDtype::kF32
+                   ? static_cast<const float*>(p.table)[src]
+                   : quant::f32_from_bf16(static_cast<const uint16_t*>(p.table)[src]);
   }
 }
 

@@ -4,13 +4,16 @@
 // nibble::Error naming expected vs actual) and launches on `stream` (elementwise.cu). No entry
 // allocates or synchronizes, so every one is safe inside CUDA-graph capture.
 //
-// Every pointer is device memory; activations are row-major float32 [rows, cols], weights of the
-// embedding table bf16 (quant/bf16.h bits, uint16_t).
+// Every pointer is device memory; activations are row-major float32 [rows, cols], the embedding
+// table bf16 (quant/bf16.h bits, uint16_t) or float32 (table_dtype).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 namespace nibble::cuda {
+
+// Element type of a weight table in device memory: bf16 bits (uint16_t) or float32.
+enum class WeightDtype : uint8_t { kBF16, kF32 };
 
 // out [n] bf16 = round-to-nearest-even(x [n] f32), quant::bf16_from_f32 bit for bit.
 struct ConvertBf16Params {
@@ -20,11 +23,12 @@ struct ConvertBf16Params {
 };
 void convert_f32_to_bf16(const ConvertBf16Params& p, cudaStream_t stream);
 
-// out [rows, hidden] = f32(table [vocab, hidden] bf16)[token_ids[row]]. Ids must have been checked
+// out [rows, hidden] = f32(table [vocab, hidden])[token_ids[row]]. Ids must have been checked
 // against vocab on the host (the step plan holds them there).
 struct EmbeddingParams {
   const int32_t* token_ids = nullptr;  // [rows]
-  const uint16_t* table = nullptr;     // [vocab, hidden] bf16
+  const void* table = nullptr;         // [vocab, hidden] in table_dtype
+  WeightDtype table_dtype = WeightDtype::kBF16;
   float* out = nullptr;                // [rows, hidden]
   int64_t rows = 0;
   int64_t vocab = 0;

@@ -6,17 +6,52 @@
 //   - the committed Hugging Face fixtures (head_dim 64, every architecture of the CPU backend):
 //     CUDA logits against transformers' logits, as one prefill, a chunked prefill and prefill +
 //     decode (page 16: the decode kernel; page 8: the generic decode), for the f32 KV cache, and
-//     against the CPU backend for quantized caches (fp8, nvfp4 + Hadamard);
+//     against the CPU backend for quantized caches (fp8, nvfp4 + Hadamard, k8v4);
 //   - a mixed step (prefill + decode sequences at once) against the CPU backend.
-// Tolerance: weights are bf16 on CUDA (2^-9 relative rounding), so logits differ from f32 ones by
-// a few 1e-3 of their scale: max|cuda - ref| <= kLogitTolerance · max|ref| (+ a small floor).
+// Every comparison runs twice: with f32 weights (the exactness check) and with bf16 weights (the
+// default on cuda). Error = max|cuda - ref| / max|ref| (logit_error); the per-category maxima are
+// printed as "measured ..." lines.
+//
+// Tolerances:
+//   kF32Tolerance (f32 weights, f32 KV): both sides compute in float32 throughout (cuBLAS with
+//     CUBLAS_COMPUTE_32F_PEDANTIC, no TF32; accurate sincosf/expf/sqrtf, no fast-math), so only the
+//     summation order differs: a dot product of n <= 512 terms then differs by ~sqrt(n) · 2^-24 ≈
+//     1e-6 of its scale; through <= 5 layers and the LM head, even a 10-50x amplification by
+//     cancellation stays below 1e-4 of the logit scale. The CPU backend itself is held to 1e-4
+//     (absolute, logits O(1)) against transformers (tests/e2e/model_hf_fixtures).
+//   kQuantizedCacheTolerance (f32 weights, bf16 / fp8 / nvfp4 / k8v4 KV): both backends quantize
+//     bit-identically (kv_write.h), but a K/V element within the ~1e-6 summation-order difference
+//     of a rounding boundary rounds to the neighbouring code on one side. For fp8 / nvfp4 (code
+//     spacing >= 2^-4 relative) that is ~2e-5 per element, about one element of the ~2·10^4 a run
+//     caches; one code step is <= 2^-3 of the element (e4m3) or <= 1/3 of it (e2m1) and enters one
+//     head's output through one softmax weight over >= 8 dims: ~1e-3 of the logit scale. For bf16
+//     (spacing 2^-8) flips are ~20x likelier but each moves its element by only 2^-8. 5e-3 leaves
+//     room for a few flips and is still far below what a wrong page or slot does (O(1)).
+//   bf16_tolerance(L, kv) (bf16 weights): bf16 has 8 significant bits, so each rounding errs by
+//     <= u = 2^-9 relative. A matmul rounds both W and x, so each product errs by ~sqrt(2) · u, and
+//     a dot product of random-signed terms by ~sqrt(2) · u of its own size. A layer has 7 matmuls
+//     (q, k, v, o, gate, up, down), the embedding lookup and the LM head add 2 more stages, and
+//     independent stage errors add in quadrature: E(L) = sqrt(7L + 2) · sqrt(2) · u of the logit
+//     scale (0.017 for stories260k's L = 5, 0.011 for the fixtures' L = 2).
+//     A quantized cache amplifies this: K/V perturbed by δ ≈ sqrt(2) · u relative cross a code
+//     boundary with probability δ / s (s = the code's relative spacing) and then move by s, an rms
+//     error of sqrt(δ · s), i.e. Q = sqrt(s / δ) times δ: 1 for f32 and bf16 caches (s <= δ), 6.7
+//     for e4m3 (s = 2^-3), 13.5 for e2m1 (nvfp4, k8v4's V; s up to 1/2).
+//     Bound = kBf16Margin · E(L) · Q with kBf16Margin = 2. Measured on the H200 (max over cases,
+//     error / (E · Q)): f32 KV 0.85, fp8 0.49, nvfp4 0.66, k8v4 0.62, so the margin is >= 2.3x.
+//     The greedy-agreement test is the bf16 path's behavioural check.
+// Measured with f32 weights (H200): <= 1.2e-6 with f32, fp8, nvfp4 and k8v4 caches, 6e-6 with a bf16
+// cache, far inside both f32 bounds; all 1440 compared greedy steps agree with llama2.c.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
 
 #include "backend/cuda_common/cuda_test_util.h"
 #include "common/npy.h"
@@ -26,11 +61,67 @@ namespace nibble::runtime {
 namespace {
 
 namespace fs = std::filesystem;
+using backend::WeightPrecision;
 using quant::KvDtype;
 using quant::Rotation;
 
-constexpr double kLogitTolerance = 2e-2;
-constexpr double kNearTie = 0.1;  // logits; stories260k's logits span about ±15
+constexpr double kF32Tolerance = 1e-4;             // derivations in the header comment
+constexpr double kQuantizedCacheTolerance = 5e-3;
+constexpr double kBf16RoundingUnit = 1.0 / 512;    // 2^-9
+constexpr double kBf16Margin = 2;
+// Greedy: a different token than llama2.c's is allowed only where the top-1/top-2 gap is below the
+// near-tie width. bf16 weights: 0.1 (stories260k's logits span about ±15). f32 weights: two logits
+// each off by at most kF32Tolerance of that ±15 scale, 3e-3 (golden.json's smallest gap in the
+// compared steps is 4.9e-3, so f32 must agree on every step).
+constexpr double kNearTie = 0.1;
+constexpr double kF32NearTie = 2 * kF32Tolerance * 15;
+constexpr WeightPrecision kPrecisions[] = {WeightPrecision::kF32, WeightPrecision::kBF16};
+
+// Q of the header comment: how much a cache's code spacing s amplifies a perturbation of δ.
+double cache_amplification(KvDtype kv) {
+  const double delta = std::sqrt(2.0) * kBf16RoundingUnit;
+  switch (kv) {
+    case KvDtype::kF32:
+    case KvDtype::kBF16: return 1.0;
+    case KvDtype::kFP8: return std::sqrt(0.125 / delta);
+    default: return std::sqrt(0.5 / delta);  // nvfp4, k8v4 (e2m1 V)
+  }
+}
+
+double bf16_tolerance(int64_t num_layers, KvDtype kv) {
+  const double estimate = std::sqrt(7.0 * static_cast<double>(num_layers) + 2.0) * std::sqrt(2.0) * kBf16RoundingUnit;
+  return kBf16Margin * estimate * cache_amplification(kv);
+}
+
+// The bound of one comparison: f32 weights with an f32 KV cache are exact up to summation order;
+// any rounding cache adds rare rounding flips; bf16 weights add their own rounding.
+double tolerance(WeightPrecision weights, KvDtype kv, int64_t num_layers) {
+  if (weights == WeightPrecision::kBF16) return bf16_tolerance(num_layers, kv);
+  return kv == KvDtype::kF32 ? kF32Tolerance : kQuantizedCacheTolerance;
+}
+
+const char* precision_name(WeightPrecision w) { return w == WeightPrecision::kF32 ? "f32" : "bf16"; }
+
+// The largest error per category, printed when the test ends (ctest keeps it in LastTest.log).
+class MeasuredErrors {
+ public:
+  explicit MeasuredErrors(std::string test) : test_(std::move(test)) {}
+  ~MeasuredErrors() {
+    for (const auto& [key, err] : max_) {
+      std::printf("measured %s %s: max err %.3e (bound %.1e)\n", test_.c_str(), key.c_str(), err, bound_[key]);
+      ::testing::Test::RecordProperty(key, std::to_string(err));
+    }
+    std::fflush(stdout);
+  }
+  void add(const std::string& key, double err, double bound) {
+    max_[key] = std::max(max_[key], err);
+    bound_[key] = bound;
+  }
+
+ private:
+  std::string test_;
+  std::map<std::string, double> max_, bound_;
+};
 
 const fs::path kStories = fs::path(NIBBLE_SOURCE_DIR) / "models" / "stories260k";
 const fs::path kFixtures = fs::path(NIBBLE_SOURCE_DIR) / "tests" / "data" / "hf_fixtures";
@@ -58,101 +149,125 @@ class CudaModel : public ::testing::Test {
 };
 
 TEST_F(CudaModel, Stories260kLogitsMatchCpu) {
-  LoadedModel gpu = load_model({.dir = kStories, .device = "cuda", .progress = false});
+  MeasuredErrors measured("stories260k vs cpu");
   LoadedModel cpu = load_model({.dir = kStories, .device = "cpu", .num_threads = 2, .progress = false});
   std::ifstream in(kStories / "golden.json");
   const auto golden = nlohmann::json::parse(in);
-  for (const auto& c : golden["cases"]) {
-    std::vector<int32_t> ids = c["prompt_ids"].get<std::vector<int32_t>>();
-    const auto generated = c["generated_ids"].get<std::vector<int32_t>>();
-    ids.insert(ids.end(), generated.begin(), generated.begin() + 60);
-    for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8}) {
-      for (const int64_t chunk : {0, 16}) {  // one prefill (the prefill path), chunks of 16 (extend)
-        const SessionOptions options{.kv_dtype = dtype, .page_size = 16, .prefill_chunk = chunk};
-        Session gs(gpu, options), cs(cpu, options);
-        const std::vector<float> got = gs.prefill(ids, {.all_logits = true});
-        const std::vector<float> want = cs.prefill(ids, {.all_logits = true});
-        const double err = logit_error(got, want);
-        EXPECT_LE(err, kLogitTolerance) << c["prompt"] << " " << quant::kv_dtype_name(dtype) << " chunk " << chunk;
-        RecordProperty("stories_err_" + std::string(quant::kv_dtype_name(dtype)), std::to_string(err));
+  for (const WeightPrecision weights : kPrecisions) {
+    LoadedModel gpu = load_model({.dir = kStories, .device = "cuda", .progress = false, .weights = weights});
+    for (const auto& c : golden["cases"]) {
+      std::vector<int32_t> ids = c["prompt_ids"].get<std::vector<int32_t>>();
+      const auto generated = c["generated_ids"].get<std::vector<int32_t>>();
+      ids.insert(ids.end(), generated.begin(), generated.begin() + 60);
+      for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8}) {
+        const double bound = tolerance(weights, dtype, gpu.config().num_layers);
+        for (const int64_t chunk : {0, 16}) {  // one prefill (the prefill path), chunks of 16 (extend)
+          const SessionOptions options{.kv_dtype = dtype, .page_size = 16, .prefill_chunk = chunk};
+          Session gs(gpu, options), cs(cpu, options);
+          const std::vector<float> got = gs.prefill(ids, {.all_logits = true});
+          const std::vector<float> want = cs.prefill(ids, {.all_logits = true});
+          const double err = logit_error(got, want);
+          EXPECT_LE(err, bound) << c["prompt"] << " weights " << precision_name(weights) << " kv "
+                                << quant::kv_dtype_name(dtype) << " chunk " << chunk;
+          measured.add(std::string("weights ") + precision_name(weights) + " kv " +
+                           std::string(quant::kv_dtype_name(dtype)),
+                       err, bound);
+        }
       }
     }
   }
 }
 
 TEST_F(CudaModel, Stories260kGreedyMatchesGoldenExceptAtNearTies) {
-  LoadedModel gpu = load_model({.dir = kStories, .device = "cuda", .progress = false});
   std::ifstream in(kStories / "golden.json");
   const auto golden = nlohmann::json::parse(in);
-  int compared_steps = 0;
-  for (const auto& c : golden["cases"]) {
-    const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    const auto expected = c["generated_ids"].get<std::vector<int32_t>>();
-    const auto gaps = c["top1_top2_gap"].get<std::vector<double>>();
-    for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
-      Session s(gpu, {.kv_dtype = dtype, .page_size = 16});
-      std::vector<float> logits = s.prefill(prompt);
-      for (size_t step = 0; step < 120; ++step) {
-        const int32_t next = argmax(logits);
-        if (next != expected[step]) {
-          EXPECT_LT(gaps[step], kNearTie) << c["prompt"] << " " << quant::kv_dtype_name(dtype) << ": step " << step
-                                          << " chose " << next << " instead of " << expected[step] << " at a gap of "
-                                          << gaps[step];
-          break;  // the continuations legitimately differ from here on
+  for (const WeightPrecision weights : kPrecisions) {
+    LoadedModel gpu = load_model({.dir = kStories, .device = "cuda", .progress = false, .weights = weights});
+    int compared_steps = 0;
+    for (const auto& c : golden["cases"]) {
+      const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+      const auto expected = c["generated_ids"].get<std::vector<int32_t>>();
+      const auto gaps = c["top1_top2_gap"].get<std::vector<double>>();
+      for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
+        Session s(gpu, {.kv_dtype = dtype, .page_size = 16});
+        std::vector<float> logits = s.prefill(prompt);
+        for (size_t step = 0; step < 120; ++step) {
+          const int32_t next = argmax(logits);
+          if (next != expected[step]) {
+            EXPECT_LT(gaps[step], weights == WeightPrecision::kF32 ? kF32NearTie : kNearTie)
+                << c["prompt"] << " weights " << precision_name(weights) << " kv " << quant::kv_dtype_name(dtype)
+                << ": step " << step << " chose " << next << " instead of " << expected[step] << " at a gap of "
+                << gaps[step];
+            break;  // the continuations legitimately differ from here on
+          }
+          ++compared_steps;
+          logits = s.decode(next);
         }
-        ++compared_steps;
-        logits = s.decode(next);
       }
     }
+    EXPECT_GT(compared_steps, 6 * 2 * 40) << "weights " << precision_name(weights)
+                                          << ": too few greedy steps agreed to say anything";
+    std::printf("measured stories260k greedy, weights %s: %d steps agree with llama2.c\n", precision_name(weights),
+                compared_steps);
   }
-  EXPECT_GT(compared_steps, 6 * 2 * 40) << "too few greedy steps agreed to say anything";
 }
 
 TEST_F(CudaModel, HfFixturesMatchTransformers) {
+  MeasuredErrors measured("hf fixtures");
   for (const char* arch : kArchs) {
     const fs::path dir = kFixtures / arch;
     ASSERT_TRUE(fs::exists(dir / "prompts.json")) << "missing fixture " << dir;
-    LoadedModel gpu = load_model({.dir = dir, .device = "cuda", .progress = false});
     LoadedModel cpu = load_model({.dir = dir, .device = "cpu", .num_threads = 2, .progress = false});
     std::ifstream in(dir / "prompts.json");
     const auto prompts = nlohmann::json::parse(in)["prompts"].get<std::vector<std::vector<int32_t>>>();
-    const int64_t vocab = gpu.config().vocab_size;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::vector<int32_t>& ids = prompts[i];
-      const NpyArray expected = read_npy(dir / ("logits_" + std::to_string(i) + ".npy"));
-      ASSERT_EQ(expected.shape, (std::vector<int64_t>{static_cast<int64_t>(ids.size()), vocab}));
-      for (const int64_t chunk : {0, 4}) {
-        Session s(gpu, {.kv_dtype = KvDtype::kF32, .page_size = 16, .prefill_chunk = chunk});
-        EXPECT_LE(logit_error(s.prefill(ids, {.all_logits = true}), expected.data), kLogitTolerance)
-            << arch << " prompt " << i << " chunk " << chunk;
-      }
-      // Prefill half, decode the rest: page 16 takes the decode kernel, page 8 the generic one.
-      const size_t half = (ids.size() + 1) / 2;
-      for (const int64_t page_size : {16, 8}) {
-        Session s(gpu, {.kv_dtype = KvDtype::kF32, .page_size = page_size});
-        std::vector<float> got = s.prefill(std::span(ids).first(half));
-        for (size_t p = half; p < ids.size(); ++p) {
-          const std::vector<float> l = s.decode(ids[p]);
-          got.insert(got.end(), l.begin(), l.end());
+    for (const WeightPrecision weights : kPrecisions) {
+      LoadedModel gpu = load_model({.dir = dir, .device = "cuda", .progress = false, .weights = weights});
+      const int64_t vocab = gpu.config().vocab_size;
+      const int64_t layers = gpu.config().num_layers;
+      const std::string w = std::string("weights ") + precision_name(weights);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const std::vector<int32_t>& ids = prompts[i];
+        const NpyArray expected = read_npy(dir / ("logits_" + std::to_string(i) + ".npy"));
+        ASSERT_EQ(expected.shape, (std::vector<int64_t>{static_cast<int64_t>(ids.size()), vocab}));
+        const double f32_kv_bound = tolerance(weights, KvDtype::kF32, layers);
+        for (const int64_t chunk : {0, 4}) {
+          Session s(gpu, {.kv_dtype = KvDtype::kF32, .page_size = 16, .prefill_chunk = chunk});
+          const double err = logit_error(s.prefill(ids, {.all_logits = true}), expected.data);
+          EXPECT_LE(err, f32_kv_bound) << arch << " " << w << " prompt " << i << " chunk " << chunk;
+          measured.add(w + " kv f32 prefill vs transformers", err, f32_kv_bound);
         }
-        EXPECT_LE(logit_error(got, std::span(expected.data).subspan((half - 1) * vocab)), kLogitTolerance)
-            << arch << " prompt " << i << " decode, page " << page_size;
-      }
-      // Quantized caches: the same quantization on both backends, so compare with the CPU.
-      for (const auto& [dtype, rotation] : {std::pair{KvDtype::kFP8, Rotation::kNone},
-                                            std::pair{KvDtype::kNVFP4, Rotation::kHadamard},
-                                            std::pair{KvDtype::kK8V4, Rotation::kNone}}) {
-        const SessionOptions options{.kv_dtype = dtype, .rotation = rotation, .page_size = 16, .prefill_chunk = 5};
-        Session gs(gpu, options), cs(cpu, options);
-        std::vector<float> got = gs.prefill(std::span(ids).first(half), {.all_logits = true});
-        std::vector<float> want = cs.prefill(std::span(ids).first(half), {.all_logits = true});
-        for (size_t p = half; p < ids.size(); ++p) {
-          const std::vector<float> g = gs.decode(ids[p]), w = cs.decode(ids[p]);
-          got.insert(got.end(), g.begin(), g.end());
-          want.insert(want.end(), w.begin(), w.end());
+        // Prefill half, decode the rest: page 16 takes the decode kernel, page 8 the generic one.
+        const size_t half = (ids.size() + 1) / 2;
+        for (const int64_t page_size : {16, 8}) {
+          Session s(gpu, {.kv_dtype = KvDtype::kF32, .page_size = page_size});
+          std::vector<float> got = s.prefill(std::span(ids).first(half));
+          for (size_t p = half; p < ids.size(); ++p) {
+            const std::vector<float> l = s.decode(ids[p]);
+            got.insert(got.end(), l.begin(), l.end());
+          }
+          const double err = logit_error(got, std::span(expected.data).subspan((half - 1) * vocab));
+          EXPECT_LE(err, f32_kv_bound) << arch << " " << w << " prompt " << i << " decode, page " << page_size;
+          measured.add(w + " kv f32 decode vs transformers", err, f32_kv_bound);
         }
-        EXPECT_LE(logit_error(got, want), kLogitTolerance)
-            << arch << " prompt " << i << " " << quant::kv_dtype_name(dtype) << " vs the CPU backend";
+        // Quantized caches: the same quantization on both backends, so compare with the CPU.
+        for (const auto& [dtype, rotation] : {std::pair{KvDtype::kFP8, Rotation::kNone},
+                                              std::pair{KvDtype::kNVFP4, Rotation::kHadamard},
+                                              std::pair{KvDtype::kK8V4, Rotation::kNone}}) {
+          const SessionOptions options{.kv_dtype = dtype, .rotation = rotation, .page_size = 16, .prefill_chunk = 5};
+          Session gs(gpu, options), cs(cpu, options);
+          std::vector<float> got = gs.prefill(std::span(ids).first(half), {.all_logits = true});
+          std::vector<float> want = cs.prefill(std::span(ids).first(half), {.all_logits = true});
+          for (size_t p = half; p < ids.size(); ++p) {
+            const std::vector<float> g = gs.decode(ids[p]), wl = cs.decode(ids[p]);
+            got.insert(got.end(), g.begin(), g.end());
+            want.insert(want.end(), wl.begin(), wl.end());
+          }
+          const double bound = tolerance(weights, dtype, layers);
+          const double err = logit_error(got, want);
+          EXPECT_LE(err, bound) << arch << " " << w << " prompt " << i << " " << quant::kv_dtype_name(dtype)
+                                << " vs the CPU backend";
+          measured.add(w + " kv " + std::string(quant::kv_dtype_name(dtype)) + " vs cpu", err, bound);
+        }
       }
     }
   }
@@ -160,24 +275,31 @@ TEST_F(CudaModel, HfFixturesMatchTransformers) {
 
 // Three sequences in one step on each backend: one decoding, one extending, one starting.
 TEST_F(CudaModel, MixedStepMatchesCpu) {
+  MeasuredErrors measured("mixed step vs cpu");
   for (const fs::path& dir : {kStories, kFixtures / "qwen3_qknorm"}) {
-    LoadedModel gpu = load_model({.dir = dir, .device = "cuda", .progress = false});
     LoadedModel cpu = load_model({.dir = dir, .device = "cpu", .num_threads = 2, .progress = false});
-    const SessionOptions options{.kv_dtype = KvDtype::kFP8, .page_size = 16, .max_context = 256, .max_sequences = 3};
-    Session gs(gpu, options), cs(cpu, options);
-    const std::vector<int32_t> a{1, 5, 9, 30, 44, 17, 3, 8, 100, 21}, b{1, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70,
-                                                                         71, 72, 73, 74, 75, 76, 77, 78};
-    const std::vector<int32_t> c{1, 2, 3, 4, 5, 6, 7};
-    for (Session* s : {&gs, &cs}) {
-      s->add_sequence();
-      s->add_sequence();
-      s->step(std::vector<StepInput>{{.sequence = 0, .tokens = a}, {.sequence = 1, .tokens = std::span(b).first(9)}});
+    for (const WeightPrecision weights : kPrecisions) {
+      LoadedModel gpu = load_model({.dir = dir, .device = "cuda", .progress = false, .weights = weights});
+      const SessionOptions options{
+          .kv_dtype = KvDtype::kFP8, .page_size = 16, .max_context = 128, .max_sequences = 3};
+      Session gs(gpu, options), cs(cpu, options);
+      const std::vector<int32_t> a{1, 5, 9, 30, 44, 17, 3, 8, 100, 21}, b{1, 60, 61, 62, 63, 64, 65, 66, 67, 68,
+                                                                           69, 70, 71, 72, 73, 74, 75, 76, 77, 78};
+      const std::vector<int32_t> c{1, 2, 3, 4, 5, 6, 7};
+      for (Session* s : {&gs, &cs}) {
+        s->add_sequence();
+        s->add_sequence();
+        s->step(std::vector<StepInput>{{.sequence = 0, .tokens = a}, {.sequence = 1, .tokens = std::span(b).first(9)}});
+      }
+      const int32_t next = 42;
+      const std::vector<StepInput> mixed{{.sequence = 0, .tokens = std::span(&next, 1)},
+                                         {.sequence = 1, .tokens = std::span(b).subspan(9), .all_logits = true},
+                                         {.sequence = 2, .tokens = c}};
+      const double bound = tolerance(weights, KvDtype::kFP8, gpu.config().num_layers);
+      const double err = logit_error(gs.step(mixed), cs.step(mixed));
+      EXPECT_LE(err, bound) << dir << " weights " << precision_name(weights);
+      measured.add(dir.filename().string() + " weights " + precision_name(weights) + " kv fp8", err, bound);
     }
-    const int32_t next = 42;
-    const std::vector<StepInput> mixed{{.sequence = 0, .tokens = std::span(&next, 1)},
-                                       {.sequence = 1, .tokens = std::span(b).subspan(9), .all_logits = true},
-                                       {.sequence = 2, .tokens = c}};
-    EXPECT_LE(logit_error(gs.step(mixed), cs.step(mixed)), kLogitTolerance) << dir;
   }
 }
 

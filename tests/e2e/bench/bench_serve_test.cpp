@@ -99,6 +99,9 @@ BenchRun bench(const std::string& base_url, const std::string& args) {
   return r;
 }
 
+// Needs nibble serve to set TCP_NODELAY: without it, on a keep-alive connection each response's first
+// bytes wait for the client's delayed ACK of the previous one (Nagle, ~40 ms), the requests spend that
+// time outside the scheduler, and the bench rightly reports "server-limited".
 TEST(BenchAgainstServe, CapBelowWhatTheServerRunsIsClientLimited) {
   ServeProcess serve({"--kv-pages", "64", "--max-running", "8"});
   ASSERT_FALSE(serve.base_url().empty()) << serve.log();
