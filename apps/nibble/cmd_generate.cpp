@@ -59,6 +59,7 @@ void run_generate(const GenerateArgs& args) {
 
   runtime::LoadedModel model = runtime::load_model({.dir = args.model_dir, .device = args.device,
                                                     .num_threads = args.threads,
+                                                    .progress = std::nullopt,
                                                     .weights = runtime::parse_weight_precision(args.weights)});
   const Tokenizer tokenizer = Tokenizer::load(args.model_dir);
   std::vector<int32_t> prompt;

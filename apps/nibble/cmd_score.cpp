@@ -60,6 +60,7 @@ void run_score(const ScoreArgs& args) {
   const quant::Rotation rotation = quant::parse_rotation(args.rotate);
   runtime::LoadedModel model = runtime::load_model({.dir = args.model_dir, .device = args.device,
                                                     .num_threads = args.threads,
+                                                    .progress = std::nullopt,
                                                     .weights = runtime::parse_weight_precision(args.weights)});
   const std::vector<int32_t> ids = args.text ? Tokenizer::load(args.model_dir).encode(*args.text) : read_ids(*args.ids_json);
   NIBBLE_CHECK(!ids.empty(), "nothing to score: the input has no tokens");

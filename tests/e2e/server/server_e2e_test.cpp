@@ -381,7 +381,9 @@ TEST(ServerShutdown, SigtermFinishesStreamsAndExitsZero) {
   EXPECT_TRUE(WIFEXITED(status)) << server.log();
   EXPECT_EQ(WEXITSTATUS(status), 0) << server.log();
   EXPECT_NE(server.log().find("SIGTERM received"), std::string::npos);
-  if (!raw.empty()) {  // the stream ended properly: finished or cancelled, then [DONE]
+  if (raw.rfind("{", 0) == 0) {  // it arrived after shutdown began: refused with 503's error body
+    EXPECT_EQ(json::parse(raw)["error"]["code"], "shutting_down") << raw;
+  } else if (!raw.empty()) {  // the stream ended properly: finished or cancelled, then [DONE]
     bool done = false;
     sse_events(raw, done);
     EXPECT_TRUE(done) << raw.substr(raw.size() > 300 ? raw.size() - 300 : 0);
