@@ -1,6 +1,7 @@
 // The CUDA backend (cuda_backend.h): the seam's shape checks, then one kernel launch or cuBLAS call
 // per op on the backend's stream.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/validate.h"
 
 #include <algorithm>
 #include <vector>
@@ -60,30 +61,6 @@ const CudaPlannedStep& cuda_step(const PlannedStep& step, const char* op) {
 }
 
 bool fused_kv_kernels_support(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
-
-void validate_cache(const char* op, const StepPlan& plan, const KvCacheView& cache, int64_t layer) {
-  NIBBLE_CHECK(cache.pool != nullptr && cache.layout != nullptr && cache.scales != nullptr,
-               "{}: the KV cache view is incomplete", op);
-  const cache::KvGeometry& g = cache.layout->geometry();
-  NIBBLE_CHECK(layer >= 0 && layer < g.num_layers, "{}: layer {} outside the cache's {} layers", op, layer,
-               g.num_layers);
-  NIBBLE_CHECK(static_cast<int64_t>(cache.scales->k.size()) == g.num_layers &&
-                   static_cast<int64_t>(cache.scales->v.size()) == g.num_layers,
-               "{}: {} / {} global scales for {} layers", op, cache.scales->k.size(), cache.scales->v.size(),
-               g.num_layers);
-  NIBBLE_CHECK(plan.page_size == cache.layout->page_size(), "{}: the step plans pages of {} tokens, the pool has {}",
-               op, plan.page_size, cache.layout->page_size());
-  quant::validate_head_dim(cache.layout->dtype(), cache.rotation, g.head_dim);
-  for (int32_t page : plan.page_tables) {
-    NIBBLE_CHECK(page < cache.num_pages, "{}: page id {} outside the pool of {} pages", op, page, cache.num_pages);
-  }
-}
-
-void check_kv_shape(const char* op, const char* what, const StepPlan& plan, const cache::KvGeometry& g, Tensor t) {
-  NIBBLE_CHECK(t.rows == plan.total_tokens && t.cols == g.kv_heads * g.head_dim,
-               "{}: {} is [{}, {}], expected [{}, {}] (tokens, kv_heads * head_dim)", op, what, t.rows, t.cols,
-               plan.total_tokens, g.kv_heads * g.head_dim);
-}
 
 }  // namespace
 
@@ -284,6 +261,8 @@ void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, in
   const CudaPlannedStep& s = cuda_step(step, "kv_write");
   const StepPlan& plan = s.host();
   validate_cache("kv_write", plan, cache, layer);
+  NIBBLE_CHECK(cache.nvfp4_scale_rule == quant::Nvfp4ScaleRule::kAmaxOver6,
+               "kv_write: the CUDA write path implements only the amax/6 nvfp4 block-scale rule (4over6 is CPU-only)");
   const cache::KvGeometry& g = cache.layout->geometry();
   check_kv_shape("kv_write", "k", plan, g, k);
   check_kv_shape("kv_write", "v", plan, g, v);

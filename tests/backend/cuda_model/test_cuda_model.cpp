@@ -54,6 +54,7 @@
 #include <string>
 
 #include "backend/cuda_common/cuda_test_util.h"
+#include "common/error.h"
 #include "common/npy.h"
 #include "runtime/session.h"
 
@@ -301,6 +302,24 @@ TEST_F(CudaModel, MixedStepMatchesCpu) {
       measured.add(dir.filename().string() + " weights " + precision_name(weights) + " kv fp8", err, bound);
     }
   }
+}
+
+// No GPU needed: the CPU backend is f32 only and says so; the command line's names map one to one.
+TEST(WeightPrecisionOption, CpuRejectsBf16WeightsAndNamesParse) {
+  try {
+    load_model({.dir = kStories, .device = "cpu", .progress = false, .weights = WeightPrecision::kBF16});
+    ADD_FAILURE() << "bf16 weights on the CPU backend were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("float32 only"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(parse_weight_precision("bf16"), WeightPrecision::kBF16);
+  EXPECT_EQ(parse_weight_precision("f32"), WeightPrecision::kF32);
+  EXPECT_EQ(parse_weight_precision(""), std::nullopt);
+  EXPECT_THROW(parse_weight_precision("fp16"), Error);
+  // An explicit f32 on the CPU is its only precision, so it is accepted.
+  LoadedModel cpu = load_model({.dir = kStories, .device = "cpu", .num_threads = 1, .progress = false,
+                                .weights = WeightPrecision::kF32});
+  EXPECT_EQ(cpu.backend().name(), "cpu");
 }
 
 }  // namespace

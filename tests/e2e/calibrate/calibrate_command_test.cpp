@@ -91,6 +91,18 @@ TEST(CalibrateCommand, WritesAValidFileThatScoreAccepts) {
   r = run(score + "--kv-dtype fp8 --rotate hadamard --kv-scales " + four.string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("has scales for 4 layers, the model has 5 full-attention layers"), std::string::npos) << r.err;
+  // eval applies the file to every configuration with a global scale, checking its rotation.
+  const std::string eval = "eval --model " + kModel.string() + " --tasks perplexity --corpus " + text.string() +
+                           " --context 32 --docs 2 --bootstrap 50 --threads 2 --json --out " +
+                           scratch("eval_out").string() + " --kv-scales " + out.string();
+  r = run(eval + " --configs fp8+hadamard,bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["settings"]["kv_scales"], out.string());
+  r = run(eval + " --configs fp8");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("was calibrated for another rotation than configuration fp8"), std::string::npos) << r.err;
+  fs::remove_all(scratch("eval_out"));
   for (const fs::path& p : {text, out, again, four}) fs::remove(p);
 }
 
