@@ -1,6 +1,6 @@
 // nibble eval: several KV-cache configurations scored on the same items in one run — perplexity,
 // KL(reference || config) and top-1 agreement on a text corpus; passkey retrieval by length and
-// depth — with paired statistics (bootstrap CIs, McNemar's exact test, the run's resolving power).
+// depth, and multi-needle retrieval (N key-value needles, one asked) — with paired statistics (bootstrap CIs, McNemar's exact test, the run's resolving power).
 // Writes report.json, report.md, per-token .npy, per-item JSONL and SVG plots into --out
 // (src/eval/report.h lists them); prints the Markdown report, or report.json with --json.
 #include <CLI/CLI.hpp>
@@ -78,7 +78,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--model", o.model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--configs", o.configs, "KV configurations, dtype[+hadamard], comma-separated")->capture_default_str();
   cmd->add_option("--reference", o.reference, "Reference configuration (f32 or bf16)")->capture_default_str();
-  cmd->add_option("--tasks", args->tasks, "perplexity,passkey")->capture_default_str();
+  cmd->add_option("--tasks", args->tasks, "Any of perplexity,passkey,multineedle")->capture_default_str();
   cmd->add_option("--corpus", o.corpus, "Text file for the perplexity task (passages split at blank lines)");
   cmd->add_option("--context", o.context, "Tokens per perplexity document")->capture_default_str();
   cmd->add_option("--docs", o.documents, "Perplexity documents (0 = all complete windows)")->capture_default_str();
@@ -86,12 +86,13 @@ void add_eval_command(CLI::App& app) {
                   "Prefill tokens per step; later chunks attend the quantized cached prefix (1 = every position)")
       ->capture_default_str();
   cmd->add_option("--page-size", o.page_size, "Tokens per KV page")->capture_default_str();
-  cmd->add_option("--passkey-lengths", args->lengths, "Passkey prompt lengths in tokens")->capture_default_str();
-  cmd->add_option("--passkey-depths", args->depths, "Needle depths in [0, 1]")->capture_default_str();
-  cmd->add_option("--samples", o.samples, "Passkey items per length x depth")->capture_default_str();
-  cmd->add_option("--max-new-tokens", o.max_new_tokens, "Greedy tokens decoded per passkey item")->capture_default_str();
+  cmd->add_option("--passkey-lengths", args->lengths, "Passkey and multineedle prompt lengths in tokens")->capture_default_str();
+  cmd->add_option("--passkey-depths", args->depths, "Needle depths in [0, 1] (multineedle: the asked needle's)")->capture_default_str();
+  cmd->add_option("--samples", o.samples, "Passkey / multineedle items per length x depth")->capture_default_str();
+  cmd->add_option("--needles", o.needles, "Needles per multineedle item (1..16)")->capture_default_str();
+  cmd->add_option("--max-new-tokens", o.max_new_tokens, "Greedy tokens decoded per retrieval item")->capture_default_str();
   cmd->add_option("--bootstrap", o.bootstrap_resamples, "Bootstrap resamples")->capture_default_str();
-  cmd->add_option("--seed", o.seed, "Seed for passkey items and the bootstrap")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed for retrieval items and the bootstrap")->capture_default_str();
   cmd->add_option("--device", o.device, "cpu | cuda")->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads (0 = one per core)")->capture_default_str();
   nibble::cli::add_kv_scale_flags(cmd, args->kv_scale_flags);

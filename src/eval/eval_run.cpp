@@ -22,9 +22,10 @@ bool wants(const EvalOptions& o, const std::string& task) {
 
 EvalReport run_eval(const EvalOptions& o) {
   for (const std::string& t : o.tasks) {
-    NIBBLE_CHECK(t == "perplexity" || t == "passkey", "unknown eval task '{}' (expected perplexity, passkey)", t);
+    NIBBLE_CHECK(t == "perplexity" || t == "passkey" || t == "multineedle",
+                 "unknown eval task '{}' (expected perplexity, passkey, multineedle)", t);
   }
-  NIBBLE_CHECK(!o.tasks.empty(), "no eval task given (expected perplexity and/or passkey)");
+  NIBBLE_CHECK(!o.tasks.empty(), "no eval task given (expected perplexity, passkey and/or multineedle)");
   NIBBLE_CHECK(!wants(o, "perplexity") || !o.corpus.empty(), "the perplexity task needs --corpus FILE (plain text)");
   const KvConfig reference = parse_kv_config(o.reference);
   const std::vector<KvConfig> requested = parse_kv_configs(o.configs);
@@ -64,7 +65,7 @@ EvalReport run_eval(const EvalOptions& o) {
                      {"chunk", o.chunk},     {"page_size", o.page_size},  {"seed", o.seed},
                      {"device", o.device},   {"corpus", o.corpus},        {"passkey_lengths", o.passkey_lengths},
                      {"passkey_depths", o.passkey_depths}, {"samples", o.samples},
-                     {"max_new_tokens", o.max_new_tokens}, {"bootstrap_resamples", o.bootstrap_resamples},
+                     {"max_new_tokens", o.max_new_tokens}, {"needles", o.needles}, {"bootstrap_resamples", o.bootstrap_resamples},
                      {"head_dim", head_dim}, {"model_context", context}, {"kv_scales", o.kv_scales},
                      {"nvfp4_scale_rule", o.nvfp4_scale_rule == quant::Nvfp4ScaleRule::kFourOverSix ? "4over6" : "6"}};
 
@@ -81,29 +82,41 @@ EvalReport run_eval(const EvalOptions& o) {
         *report.perplexity_run, {.bootstrap = {.resamples = o.bootstrap_resamples, .seed = o.seed}});
   }
 
-  if (wants(o, "passkey")) {
-    PasskeyOptions p{.depths = o.passkey_depths, .samples = o.samples, .seed = o.seed,
-                     .max_new_tokens = o.max_new_tokens, .chunk = o.chunk, .page_size = o.page_size};
-    p.lengths.clear();
+  if (wants(o, "passkey") || wants(o, "multineedle")) {
+    std::vector<int64_t> lengths;  // the requested retrieval lengths that fit the model's context
     for (int64_t len : o.passkey_lengths) {
       if (len + o.max_new_tokens > context) {
-        report.notes.push_back(fmt::format("passkey length {} skipped: {} + {} new tokens exceed the model's context of {}",
+        report.notes.push_back(fmt::format("retrieval length {} skipped: {} + {} new tokens exceed the model's context of {}",
                                            len, len, o.max_new_tokens, context));
       } else {
-        p.lengths.push_back(len);
+        lengths.push_back(len);
       }
     }
-    if (p.lengths.empty()) {
-      report.notes.push_back("passkey task skipped: no length fits the model's context");
-    } else {
+    if (lengths.empty()) report.notes.push_back("retrieval tasks skipped: no length fits the model's context");
+    std::vector<std::string> names = {reference.name};
+    for (const KvConfig& c : configs) names.push_back(c.name);
+    // Runs `run(config)` for the reference and every configuration, in `names` order.
+    auto each_config = [&](auto&& run, auto& outcomes) {
+      outcomes.push_back(run(reference));
+      for (const KvConfig& c : configs) outcomes.push_back(run(c));
+    };
+    if (wants(o, "passkey") && !lengths.empty()) {
+      const PasskeyOptions p{.lengths = lengths, .depths = o.passkey_depths, .samples = o.samples, .seed = o.seed,
+                             .max_new_tokens = o.max_new_tokens, .chunk = o.chunk, .page_size = o.page_size};
       report.passkey_items = make_passkey_items(tokenizer, p);
-      std::vector<std::string> names = {reference.name};
-      report.passkey_outcomes.push_back(run_passkey(model, tokenizer, report.passkey_items, reference, p));
-      for (const KvConfig& c : configs) {
-        names.push_back(c.name);
-        report.passkey_outcomes.push_back(run_passkey(model, tokenizer, report.passkey_items, c, p));
-      }
+      each_config([&](const KvConfig& c) { return run_passkey(model, tokenizer, report.passkey_items, c, p); },
+                  report.passkey_outcomes);
       report.passkey = summarize_passkey(report.passkey_items, names, report.passkey_outcomes);
+    }
+    if (wants(o, "multineedle") && !lengths.empty()) {
+      const MultiNeedleOptions m{.lengths = lengths, .depths = o.passkey_depths, .needles = o.needles,
+                                 .samples = o.samples, .seed = o.seed, .max_new_tokens = o.max_new_tokens,
+                                 .chunk = o.chunk, .page_size = o.page_size};
+      report.multi_needle_items = make_multi_needle_items(tokenizer, m);
+      each_config(
+          [&](const KvConfig& c) { return run_multi_needle(model, tokenizer, report.multi_needle_items, c, m); },
+          report.multi_needle_outcomes);
+      report.multi_needle = summarize_multi_needle(report.multi_needle_items, names, report.multi_needle_outcomes);
     }
   }
   return report;

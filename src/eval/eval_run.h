@@ -21,11 +21,13 @@ struct EvalOptions {
   std::string corpus{};        // text file; required for the perplexity task
   int64_t context = 512;       // tokens per document
   int64_t documents = 8;       // 0 = every complete window of the corpus
-  // passkey
+  // passkey and multineedle
   std::vector<int64_t> passkey_lengths = {256, 512};
   std::vector<double> passkey_depths = {0.0, 0.25, 0.5, 0.75, 1.0};
   int64_t samples = 2;
   int64_t max_new_tokens = 8;
+  // multineedle (lengths, depths, samples and max_new_tokens shared with passkey)
+  int64_t needles = 4;
   // both
   int64_t chunk = 64;
   int64_t page_size = 16;

@@ -1,5 +1,5 @@
 #pragma once
-// Passkey retrieval: a random 5-digit key hidden at a chosen depth of synthetic filler text of a
+// Passkey retrieval (shared haystack / fitting / decoding in eval/retrieval.h): a random 5-digit key hidden at a chosen depth of synthetic filler text of a
 // chosen length; the prompt ends asking for the key; a few tokens are decoded greedily and the item
 // passes when the first run of digits in the output is the key.
 //
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "eval/kv_config.h"
+#include "eval/retrieval.h"
 #include "runtime/loaded_model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,8 +23,7 @@ namespace nibble::eval {
 inline constexpr const char* kPasskeyIntro =
     "There is an important piece of information hidden inside a lot of irrelevant text. Find it and "
     "remember it. I will ask you about it.\n";
-inline constexpr const char* kPasskeyFiller =
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+inline constexpr const char* kPasskeyFiller = kRetrievalFiller;
 inline constexpr const char* kPasskeyQuestion = "\nWhat is the pass key? The pass key is";
 std::string passkey_needle(const std::string& key);  // "The pass key is KEY. Remember it. KEY is the pass key. "
 
@@ -56,9 +56,7 @@ struct PasskeyOutcome {
   bool pass = false;
 };
 
-// The key found in `output`: its first maximal run of ASCII digits ("" when none).
-std::string first_digit_run(const std::string& output);
-
+// Scored by first_digit_run(output) == key (eval/retrieval.h).
 // Runs every item under one configuration (which must suit the model). Throws nibble::Error when
 // an item's prompt plus max_new_tokens exceeds the model's context.
 std::vector<PasskeyOutcome> run_passkey(runtime::LoadedModel& model, const Tokenizer& tokenizer,

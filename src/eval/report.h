@@ -7,6 +7,9 @@
 //   <out>/passkey_items.jsonl     one line per item x configuration: length, depth, key, output, pass
 //   <out>/kl_by_position.svg      mean KL per context-position bucket, one line per configuration
 //   <out>/passkey_by_depth.svg    retrieval accuracy per needle depth (all lengths), one line per configuration
+//   <out>/multineedle_items.jsonl one line per item x configuration: length, depth, needles, asked, output,
+//                                 pass, confused
+//   <out>/multineedle_by_depth.svg accuracy per depth of the asked needle, one line per configuration
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -14,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/multi_needle.h"
 #include "eval/passkey_summary.h"
 #include "eval/perplexity.h"
 #include "eval/perplexity_summary.h"
@@ -37,13 +41,19 @@ struct EvalReport {
   std::vector<PasskeyItem> passkey_items{};
   std::vector<std::vector<PasskeyOutcome>> passkey_outcomes{};  // [configs incl. reference first][items]
   std::optional<PasskeySummary> passkey{};
+  std::vector<MultiNeedleItem> multi_needle_items{};
+  std::vector<std::vector<MultiNeedleOutcome>> multi_needle_outcomes{};  // [configs incl. reference first][items]
+  std::optional<MultiNeedleSummary> multi_needle{};
 };
 
 nlohmann::json report_json(const EvalReport& report);
 std::string report_markdown(const EvalReport& report);
-// The two plots (empty string when the task did not run).
+// The plots (empty string when the task did not run).
 std::string kl_by_position_svg(const EvalReport& report);
 std::string passkey_by_depth_svg(const EvalReport& report);
+std::string multi_needle_by_depth_svg(const EvalReport& report);
+// Accuracy per depth (cells of every length pooled), one line per configuration; any retrieval task.
+std::string retrieval_by_depth_svg(const RetrievalSummary& summary, const std::string& title, const std::string& x_label);
 
 // Writes every file listed above into `dir` (created if missing); returns the paths written.
 // Throws nibble::Error naming a path that cannot be written.

@@ -38,12 +38,22 @@ std::string kl_by_position_svg(const EvalReport& r) {
 
 std::string passkey_by_depth_svg(const EvalReport& r) {
   if (!r.passkey) return "";
-  LineChart chart{.title = "Passkey retrieval accuracy by depth (all lengths)",
-                  .x_label = "needle depth (0 = start, 1 = end)",
-                  .y_label = "accuracy"};
-  for (const ConfigPasskeySummary& c : r.passkey->configs) {
+  return retrieval_by_depth_svg(*r.passkey, "Passkey retrieval accuracy by depth (all lengths)",
+                                "needle depth (0 = start, 1 = end)");
+}
+
+std::string multi_needle_by_depth_svg(const EvalReport& r) {
+  if (!r.multi_needle) return "";
+  return retrieval_by_depth_svg(r.multi_needle->retrieval, "Multi-needle retrieval accuracy by depth (all lengths)",
+                                "depth of the asked needle (0 = start, 1 = end)");
+}
+
+std::string retrieval_by_depth_svg(const RetrievalSummary& summary, const std::string& title,
+                                   const std::string& x_label) {
+  LineChart chart{.title = title, .x_label = x_label, .y_label = "accuracy"};
+  for (const ConfigRetrievalSummary& c : summary.configs) {
     std::map<double, std::pair<int64_t, int64_t>> by_depth;  // depth -> (passed, items)
-    for (const PasskeyCell& cell : c.cells) {
+    for (const RetrievalCell& cell : c.cells) {
       by_depth[cell.depth].first += cell.passed;
       by_depth[cell.depth].second += cell.items;
     }
@@ -103,6 +113,32 @@ std::vector<std::filesystem::path> write_report_files(const std::filesystem::pat
     }
     text_file("passkey_items.jsonl", lines);
     text_file("passkey_by_depth.svg", passkey_by_depth_svg(r));
+  }
+  if (r.multi_needle) {
+    std::string lines;
+    for (size_t c = 0; c < r.multi_needle_outcomes.size(); ++c) {
+      for (size_t i = 0; i < r.multi_needle_items.size(); ++i) {
+        const MultiNeedleItem& item = r.multi_needle_items[i];
+        const MultiNeedleOutcome& o = r.multi_needle_outcomes[c][i];
+        nlohmann::json needles = nlohmann::json::array();
+        for (const Needle& n : item.needles) {
+          needles.push_back({{"name", n.name}, {"value", n.value}, {"depth", n.depth}, {"after", n.after}});
+        }
+        lines += nlohmann::json({{"config", r.multi_needle->retrieval.configs[c].name},
+                                 {"length", item.length},
+                                 {"prompt_tokens", item.prompt.size()},
+                                 {"depth", item.depth},
+                                 {"sample", item.sample},
+                                 {"needles", needles},
+                                 {"asked", item.asked},
+                                 {"output", o.output},
+                                 {"pass", o.pass},
+                                 {"confused", o.confused}})
+                     .dump() + "\n";
+      }
+    }
+    text_file("multineedle_items.jsonl", lines);
+    text_file("multineedle_by_depth.svg", multi_needle_by_depth_svg(r));
   }
   return written;
 }

@@ -8,7 +8,9 @@
 //                                 "doc_top1_agreement", "by_position": [{begin, end, mean_kl, top1_agreement}] }] },
 //   "passkey": { "items", "configs": [{ "name", "passed", "items", "accuracy": {estimate, lower, upper},
 //                 "cells": [{length, depth, passed, items}], "vs_reference": {both_pass, only_reference,
-//                 only_config, both_fail, mcnemar_exact_p, mcnemar_mid_p, resolution: R} | null }] } }
+//                 only_config, both_fail, mcnemar_exact_p, mcnemar_mid_p, resolution: R} | null }] },
+//   "multineedle": { "needles", the same fields as "passkey", and per config "confused": items
+//                    answered with another needle's value } }
 // CI = {estimate, lower, upper, std_error, items, resamples};
 // R = {difference, sigma, minimum_detectable, z_score, resolvable}.
 #include <cmath>
@@ -64,11 +66,11 @@ nlohmann::json perplexity_json(const PerplexitySummary& p) {
           {"configs", configs}};
 }
 
-nlohmann::json passkey_json(const PasskeySummary& p, int64_t items) {
+nlohmann::json retrieval_json(const RetrievalSummary& p, int64_t items) {
   nlohmann::json configs = nlohmann::json::array();
-  for (const ConfigPasskeySummary& c : p.configs) {
+  for (const ConfigRetrievalSummary& c : p.configs) {
     nlohmann::json cells = nlohmann::json::array();
-    for (const PasskeyCell& cell : c.cells) {
+    for (const RetrievalCell& cell : c.cells) {
       cells.push_back({{"length", cell.length}, {"depth", cell.depth}, {"passed", cell.passed}, {"items", cell.items}});
     }
     nlohmann::json vs = nullptr;
@@ -100,8 +102,17 @@ nlohmann::json report_json(const EvalReport& r) {
                         {"configs", r.configs},      {"skipped", skipped},     {"settings", r.settings},
                         {"notes", r.notes}};
   out["perplexity"] = r.perplexity ? perplexity_json(*r.perplexity) : nlohmann::json(nullptr);
-  out["passkey"] = r.passkey ? passkey_json(*r.passkey, static_cast<int64_t>(r.passkey_items.size()))
+  out["passkey"] = r.passkey ? retrieval_json(*r.passkey, static_cast<int64_t>(r.passkey_items.size()))
                              : nlohmann::json(nullptr);
+  out["multineedle"] = nullptr;
+  if (r.multi_needle) {
+    nlohmann::json m = retrieval_json(r.multi_needle->retrieval, static_cast<int64_t>(r.multi_needle_items.size()));
+    m["needles"] = r.multi_needle_items.empty() ? 0 : r.multi_needle_items[0].needles.size();
+    for (size_t c = 0; c < r.multi_needle->confusions.size(); ++c) {
+      m["configs"][c]["confused"] = r.multi_needle->confusions[c];
+    }
+    out["multineedle"] = m;
+  }
   return out;
 }
 

@@ -42,32 +42,40 @@ void perplexity_section(std::string& md, const PerplexitySummary& p) {
   md += "\n";
 }
 
-void passkey_section(std::string& md, const PasskeySummary& p, size_t items) {
-  md += fmt::format("## Passkey retrieval\n\n{} items per configuration (the same items for each). Accuracy with a "
+// One retrieval task's section. `confusions` (per config, may be empty) adds a column of items
+// answered with another needle's value.
+void retrieval_section(std::string& md, const std::string& title, const RetrievalSummary& p, size_t items,
+                       const std::vector<int64_t>& confusions = {}) {
+  md += fmt::format("## {}\n\n{} items per configuration (the same items for each). Accuracy with a "
                     "95% Wilson interval; McNemar's exact test on the discordant items against {}; MDD: the smallest "
                     "accuracy difference this paired run resolves (1.96 x sqrt(b+c)/n).\n\n",
-                    items, p.reference);
-  md += "| config | passed | accuracy [95% CI] | only ref / only config | McNemar p (mid-p) | resolvable? |\n";
-  md += "|---|---|---|---|---|---|\n";
-  for (const ConfigPasskeySummary& c : p.configs) {
+                    title, items, p.reference);
+  const bool confusion = !confusions.empty();
+  md += fmt::format("| config | passed | accuracy [95% CI] |{} only ref / only config | McNemar p (mid-p) | resolvable? |\n",
+                    confusion ? " other needle's value |" : "");
+  md += confusion ? "|---|---|---|---|---|---|---|\n" : "|---|---|---|---|---|---|\n";
+  for (size_t k = 0; k < p.configs.size(); ++k) {
+    const ConfigRetrievalSummary& c = p.configs[k];
+    const std::string confused = confusion ? fmt::format(" {} |", confusions.at(k)) : "";
     if (!c.vs_reference) {
-      md += fmt::format("| {} (reference) | {}/{} | {:.3f} [{:.3f}, {:.3f}] | - | - | - |\n", c.name, c.passed, c.items,
-                        c.accuracy.estimate, c.accuracy.lower, c.accuracy.upper);
+      md += fmt::format("| {} (reference) | {}/{} | {:.3f} [{:.3f}, {:.3f}] |{} - | - | - |\n", c.name, c.passed,
+                        c.items, c.accuracy.estimate, c.accuracy.lower, c.accuracy.upper, confused);
       continue;
     }
-    md += fmt::format("| {} | {}/{} | {:.3f} [{:.3f}, {:.3f}] | {} / {} | {:.4g} ({:.4g}) | {} |\n", c.name, c.passed,
-                      c.items, c.accuracy.estimate, c.accuracy.lower, c.accuracy.upper, c.vs_reference->only_a,
-                      c.vs_reference->only_b, c.mcnemar_p, c.mcnemar_mid_p, verdict(c.resolution));
+    md += fmt::format("| {} | {}/{} | {:.3f} [{:.3f}, {:.3f}] |{} {} / {} | {:.4g} ({:.4g}) | {} |\n", c.name,
+                      c.passed, c.items, c.accuracy.estimate, c.accuracy.lower, c.accuracy.upper, confused,
+                      c.vs_reference->only_a, c.vs_reference->only_b, c.mcnemar_p, c.mcnemar_mid_p,
+                      verdict(c.resolution));
   }
   if (!p.configs.empty()) {
     md += "\n### Accuracy by length x depth\n\n| length | depth |";
-    for (const ConfigPasskeySummary& c : p.configs) md += fmt::format(" {} |", c.name);
+    for (const ConfigRetrievalSummary& c : p.configs) md += fmt::format(" {} |", c.name);
     md += "\n|---|---|";
     for (size_t i = 0; i < p.configs.size(); ++i) md += "---|";
     md += "\n";
     for (size_t k = 0; k < p.configs[0].cells.size(); ++k) {
       md += fmt::format("| {} | {:.2f} |", p.configs[0].cells[k].length, p.configs[0].cells[k].depth);
-      for (const ConfigPasskeySummary& c : p.configs) md += fmt::format(" {}/{} |", c.cells[k].passed, c.cells[k].items);
+      for (const ConfigRetrievalSummary& c : p.configs) md += fmt::format(" {}/{} |", c.cells[k].passed, c.cells[k].items);
       md += "\n";
     }
   }
@@ -91,7 +99,12 @@ std::string report_markdown(const EvalReport& r) {
     md += "\n";
   }
   if (r.perplexity) perplexity_section(md, *r.perplexity);
-  if (r.passkey) passkey_section(md, *r.passkey, r.passkey_items.size());
+  if (r.passkey) retrieval_section(md, "Passkey retrieval", *r.passkey, r.passkey_items.size());
+  if (r.multi_needle) {
+    const size_t needles = r.multi_needle_items.empty() ? 0 : r.multi_needle_items[0].needles.size();
+    retrieval_section(md, fmt::format("Multi-needle retrieval ({} needles; depth = the asked needle's)", needles),
+                      r.multi_needle->retrieval, r.multi_needle_items.size(), r.multi_needle->confusions);
+  }
   return md;
 }
 

@@ -1,5 +1,5 @@
 // `nibble eval` as a user runs it on models/stories260k: exit code, --json on stdout, the files in
-// --out, and a clear error for a bad configuration.
+// --out, the multineedle task rescored from its JSONL, and a clear error for a bad configuration.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 namespace {
 
@@ -59,6 +61,53 @@ TEST(EvalCommand, WritesReportsAndPrintsJson) {
     EXPECT_TRUE(fs::exists(out / f)) << f;
   }
   EXPECT_EQ(nlohmann::json::parse(slurp(out / "report.json")), j);
+  fs::remove_all(out);
+}
+
+TEST(EvalCommand, MultiNeedleTask) {
+  const fs::path out = scratch("multineedle");
+  const CommandRun r = run("eval --model " + kModel.string() + " --configs f32,fp8 --tasks multineedle --needles 3"
+                           " --passkey-lengths 200 --passkey-depths 0,1 --samples 1 --max-new-tokens 6 --chunk 32"
+                           " --threads 2 --seed 5 --json --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["passkey"].is_null());
+  EXPECT_TRUE(j["perplexity"].is_null());
+  const nlohmann::json& m = j["multineedle"];
+  EXPECT_EQ(m["items"], 2);
+  EXPECT_EQ(m["needles"], 3);
+  ASSERT_EQ(m["configs"].size(), 2u);
+  // Rescore every item from the JSONL (its needles and output) and compare with the report's counts.
+  std::map<std::string, std::pair<int, int>> counts;  // config -> (passed, confused)
+  std::istringstream lines(slurp(out / "multineedle_items.jsonl"));
+  int rows = 0;
+  for (std::string line; std::getline(lines, line); ++rows) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    ASSERT_EQ(row["needles"].size(), 3u);
+    EXPECT_LE(row["prompt_tokens"].get<int>(), 200);
+    const std::string output = row["output"];
+    const int asked = row["asked"];
+    const bool pass = output.find(row["needles"][asked]["value"].get<std::string>()) != std::string::npos;
+    bool confused = false;
+    for (int k = 0; k < 3; ++k) {
+      confused |= !pass && k != asked &&
+                  output.find(row["needles"][k]["value"].get<std::string>()) != std::string::npos;
+    }
+    EXPECT_EQ(row["pass"], pass) << line;
+    EXPECT_EQ(row["confused"], confused) << line;
+    counts[row["config"]].first += pass;
+    counts[row["config"]].second += confused;
+  }
+  EXPECT_EQ(rows, 4);  // 2 items x 2 configurations
+  for (const nlohmann::json& c : m["configs"]) {
+    EXPECT_EQ(c["items"], 2);
+    EXPECT_EQ(c["passed"], counts[c["name"]].first) << c["name"];
+    EXPECT_EQ(c["confused"], counts[c["name"]].second) << c["name"];
+  }
+  EXPECT_TRUE(m["configs"][0]["vs_reference"].is_null());
+  EXPECT_FALSE(m["configs"][1]["vs_reference"].is_null());
+  EXPECT_TRUE(fs::exists(out / "multineedle_by_depth.svg"));
+  EXPECT_NE(slurp(out / "report.md").find("Multi-needle retrieval (3 needles"), std::string::npos);
   fs::remove_all(out);
 }
 
