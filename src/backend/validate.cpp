@@ -29,4 +29,31 @@ void check_kv_shape(const char* op, const char* what, const StepPlan& plan, cons
                plan.total_tokens, g.kv_heads * g.head_dim);
 }
 
+void validate_attention(const StepPlan& plan, const KvCacheView& cache, int64_t layer, const AttentionShape& shape,
+                        Tensor q, Tensor k, Tensor v, Tensor out) {
+  validate_cache("attention", plan, cache, layer);
+  const cache::KvGeometry& g = cache.layout->geometry();
+  NIBBLE_CHECK(shape.num_kv_heads == g.kv_heads && shape.head_dim == g.head_dim,
+               "attention: layer shape ({} kv heads, head_dim {}) differs from the cache ({}, {})", shape.num_kv_heads,
+               shape.head_dim, g.kv_heads, g.head_dim);
+  NIBBLE_CHECK(shape.num_heads > 0 && shape.num_heads % shape.num_kv_heads == 0,
+               "attention: {} query heads are not a multiple of {} kv heads", shape.num_heads, shape.num_kv_heads);
+  check_kv_shape("attention", "k", plan, g, k);
+  check_kv_shape("attention", "v", plan, g, v);
+  for (Tensor t : {q, out}) {
+    NIBBLE_CHECK(t.rows == plan.total_tokens && t.cols == shape.num_heads * g.head_dim,
+                 "attention: q/out is [{}, {}], expected [{}, {}] (tokens, heads * head_dim)", t.rows, t.cols,
+                 plan.total_tokens, shape.num_heads * g.head_dim);
+  }
+}
+
+void validate_matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out) {
+  NIBBLE_CHECK(x.cols == w.in_features, "matmul: x has {} columns, W [{}, {}] expects {}", x.cols, w.out_features,
+               w.in_features, w.in_features);
+  NIBBLE_CHECK(out.rows == x.rows && out.cols == w.out_features, "matmul: out is [{}, {}], expected [{}, {}]",
+               out.rows, out.cols, x.rows, w.out_features);
+  NIBBLE_CHECK(bias.data == nullptr || bias.size == w.out_features, "matmul: bias has {} elements, expected {}",
+               bias.size, w.out_features);
+}
+
 }  // namespace nibble::backend

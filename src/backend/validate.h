@@ -15,4 +15,12 @@ void validate_cache(const char* op, const StepPlan& plan, const KvCacheView& cac
 // t is [total_tokens, kv_heads * head_dim]; `what` names the tensor ("k", "v") in messages.
 void check_kv_shape(const char* op, const char* what, const StepPlan& plan, const cache::KvGeometry& g, Tensor t);
 
+// Everything attention checks before it runs: validate_cache, the layer's shape against the cache,
+// k/v [total_tokens, kv_heads * head_dim], q/out [total_tokens, num_heads * head_dim].
+void validate_attention(const StepPlan& plan, const KvCacheView& cache, int64_t layer, const AttentionShape& shape,
+                        Tensor q, Tensor k, Tensor v, Tensor out);
+
+// out [rows, out_features] = x [rows, in_features] @ W^T (+ bias [out_features]): the shapes agree.
+void validate_matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out);
+
 }  // namespace nibble::backend

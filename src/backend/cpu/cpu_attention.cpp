@@ -108,21 +108,9 @@ void cpu_kv_write(ThreadPool& pool, const StepPlan& plan, const KvCacheView& cac
 
 void cpu_attention(ThreadPool& pool, const StepPlan& plan, const KvCacheView& cache, int64_t layer,
                    const AttentionShape& shape, Tensor q, Tensor k, Tensor v, Tensor out) {
-  validate_cache("attention", plan, cache, layer);
+  validate_attention(plan, cache, layer, shape, q, k, v, out);
   const cache::KvGeometry& g = cache.layout->geometry();
-  NIBBLE_CHECK(shape.num_kv_heads == g.kv_heads && shape.head_dim == g.head_dim,
-               "attention: layer shape ({} kv heads, head_dim {}) differs from the cache ({}, {})", shape.num_kv_heads,
-               shape.head_dim, g.kv_heads, g.head_dim);
-  NIBBLE_CHECK(shape.num_heads > 0 && shape.num_heads % shape.num_kv_heads == 0,
-               "attention: {} query heads are not a multiple of {} kv heads", shape.num_heads, shape.num_kv_heads);
-  check_kv_shape("attention", "k", plan, g, k);
-  check_kv_shape("attention", "v", plan, g, v);
   const int64_t d = g.head_dim;
-  for (Tensor t : {q, out}) {
-    NIBBLE_CHECK(t.rows == plan.total_tokens && t.cols == shape.num_heads * d,
-                 "attention: q/out is [{}, {}], expected [{}, {}] (tokens, heads * head_dim)", t.rows, t.cols,
-                 plan.total_tokens, shape.num_heads * d);
-  }
   const int64_t group = shape.num_heads / shape.num_kv_heads;
   const bool rotate = cache.rotation == quant::Rotation::kHadamard;
   const cache::KvPartLayout& k_part = cache.layout->k(layer);

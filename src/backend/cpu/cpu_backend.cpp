@@ -1,4 +1,5 @@
 #include "backend/cpu/cpu_backend.h"
+#include "backend/validate.h"
 
 #include <cblas.h>
 
@@ -95,12 +96,7 @@ void CpuBackend::rms_norm(Tensor x, const Vector& weight, float eps, Tensor out)
 }
 
 void CpuBackend::matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out) {
-  NIBBLE_CHECK(x.cols == w.in_features, "matmul: x has {} columns, W [{}, {}] expects {}", x.cols, w.out_features,
-               w.in_features, w.in_features);
-  NIBBLE_CHECK(out.rows == x.rows && out.cols == w.out_features, "matmul: out is [{}, {}], expected [{}, {}]",
-               out.rows, out.cols, x.rows, w.out_features);
-  NIBBLE_CHECK(bias.data == nullptr || bias.size == w.out_features, "matmul: bias has {} elements, expected {}",
-               bias.size, w.out_features);
+  validate_matmul(x, w, bias, out);
   if (x.rows == 0) return;
   // out [rows, out] = x [rows, in] · W^T, W row-major [out, in].
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(x.rows), static_cast<int>(w.out_features),

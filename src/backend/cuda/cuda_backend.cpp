@@ -183,12 +183,7 @@ void CudaBackend::rms_norm(Tensor x, const Vector& weight, float eps, Tensor out
 }
 
 void CudaBackend::matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out) {
-  NIBBLE_CHECK(x.cols == w.in_features, "matmul: x has {} columns, W [{}, {}] expects {}", x.cols, w.out_features,
-               w.in_features, w.in_features);
-  NIBBLE_CHECK(out.rows == x.rows && out.cols == w.out_features, "matmul: out is [{}, {}], expected [{}, {}]",
-               out.rows, out.cols, x.rows, w.out_features);
-  NIBBLE_CHECK(bias.data == nullptr || bias.size == w.out_features, "matmul: bias has {} elements, expected {}",
-               bias.size, w.out_features);
+  validate_matmul(x, w, bias, out);
   NIBBLE_CHECK(x.rows < (int64_t{1} << 31) && w.out_features < (int64_t{1} << 31) && w.in_features < (int64_t{1} << 31),
                "matmul: [{}, {}] x [{}, {}]^T exceeds cuBLAS's int dimensions", x.rows, x.cols, w.out_features,
                w.in_features);
@@ -292,21 +287,9 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                             const AttentionShape& shape, Tensor q, Tensor k, Tensor v, Tensor out) {
   const CudaPlannedStep& s = cuda_step(step, "attention");
   const StepPlan& plan = s.host();
-  validate_cache("attention", plan, cache, layer);
+  validate_attention(plan, cache, layer, shape, q, k, v, out);
   const cache::KvGeometry& g = cache.layout->geometry();
-  NIBBLE_CHECK(shape.num_kv_heads == g.kv_heads && shape.head_dim == g.head_dim,
-               "attention: layer shape ({} kv heads, head_dim {}) differs from the cache ({}, {})", shape.num_kv_heads,
-               shape.head_dim, g.kv_heads, g.head_dim);
-  NIBBLE_CHECK(shape.num_heads > 0 && shape.num_heads % shape.num_kv_heads == 0,
-               "attention: {} query heads are not a multiple of {} kv heads", shape.num_heads, shape.num_kv_heads);
-  check_kv_shape("attention", "k", plan, g, k);
-  check_kv_shape("attention", "v", plan, g, v);
   const int64_t d = g.head_dim;
-  for (Tensor t : {q, out}) {
-    NIBBLE_CHECK(t.rows == plan.total_tokens && t.cols == shape.num_heads * d,
-                 "attention: q/out is [{}, {}], expected [{}, {}] (tokens, heads * head_dim)", t.rows, t.cols,
-                 plan.total_tokens, shape.num_heads * d);
-  }
   const cache::KvPartLayout& k_part = cache.layout->k(layer);
   const cache::KvPartLayout& v_part = cache.layout->v(layer);
   const bool decode_kernel = fused_kv_kernels_support(d) && plan.page_size % 16 == 0;
