@@ -20,13 +20,14 @@ std::string_view verdict_name(Verdict v) {
 }
 
 VerdictResult decide_verdict(const VerdictInputs& in) {
-  if (in.metrics_found && in.max_waiting_while_busy > 0) {
+  if (in.metrics_found && in.max_waiting_while_busy > 0 && in.queued_samples >= kMinQueuedSamples) {
     return {Verdict::kCapacityLimited,
             fmt::format("the server queued up to {:g} requests while the client had requests in flight: its KV pool "
                         "or running cap was full, so this is the server's capacity at this load",
                         in.max_waiting_while_busy)};
   }
-  if (in.metrics_found && in.mean_unaccounted >= std::max(1.0, 0.25 * in.peak_in_flight)) {
+  if (in.metrics_found && in.unaccounted_samples >= kMinSamplesForServerLimited &&
+      in.mean_unaccounted >= std::max(1.0, 0.25 * in.peak_in_flight)) {
     return {Verdict::kServerLimited,
             fmt::format("on average {:.1f} of the client's in-flight requests were neither running nor waiting in the "
                         "server: they waited outside its scheduler (HTTP threads, accept queue, or bytes held back by TCP, e.g. no TCP_NODELAY)",
@@ -113,6 +114,7 @@ RunSummary summarize_run(const RunDescription& run, const LoadResult& load) {
     running_sum += running;
     waiting_sum += waiting;
     if (client > 0) v.max_waiting_while_busy = std::max(v.max_waiting_while_busy, waiting);
+    if (client > 0 && waiting > 0) ++v.queued_samples;
     if (m.running && m.waiting) {
       unaccounted_sum += std::max(0.0, client - running - waiting);
       ++unaccounted_n;
@@ -123,6 +125,7 @@ RunSummary summarize_run(const RunDescription& run, const LoadResult& load) {
     s.server_waiting_mean = waiting_sum / static_cast<double>(load.samples.size());
   }
   if (unaccounted_n) v.mean_unaccounted = unaccounted_sum / static_cast<double>(unaccounted_n);
+  v.unaccounted_samples = static_cast<int>(unaccounted_n);
   v.concurrency_cap = run.requested_concurrency > 0 ? std::min(run.requested_concurrency, load.request_slots)
                       : load.request_slots >= kMaxRequestThreads ? load.request_slots
                                                                  : 0;

@@ -37,8 +37,16 @@ struct VerdictInputs {
   bool paced_arrivals = false;       // finite request rate or think time > 0
   bool metrics_found = false;
   double max_waiting_while_busy = 0;  // max server "waiting" over samples with client requests in flight
+  int queued_samples = 0;             // samples in which the server had requests waiting while the client was busy
   double mean_unaccounted = 0;       // mean over samples of client in flight - server running - waiting
+  int unaccounted_samples = 0;       // samples behind mean_unaccounted
 };
+// Fewer samples than this cannot tell requests stuck outside the scheduler from the moments between
+// a request's arrival and its admission, so they never make a run "server-limited".
+inline constexpr int kMinSamplesForServerLimited = 10;
+// A request is "waiting" from its arrival until the next engine step admits it; a queue seen in fewer
+// samples than this was that moment, not a full KV pool, and does not make a run "capacity-limited".
+inline constexpr int kMinQueuedSamples = 3;
 
 struct VerdictResult {
   Verdict verdict;

@@ -1,5 +1,8 @@
 #include "server/http_server.h"
 
+#include <chrono>
+#include <thread>
+
 #include <httplib.h>
 
 #include <sys/socket.h>
@@ -140,8 +143,14 @@ void HttpServer::serve() { server_->listen_after_bind(); }
 
 void HttpServer::shutdown() {
   if (shutting_down_.exchange(true)) return;
-  engine_.shutdown(options_.shutdown_grace);  // every stream ends: finished, or cancelled
-  server_->stop();                            // handlers still writing their last chunk finish first
+  engine_.shutdown(options_.shutdown_grace);  // every stream's last event is queued: finished or cancelled
+  // httplib's stop() cuts a chunked response at its next write, so let every stream write its last
+  // events and [DONE] first (bounded: a client that stopped reading must not hold the exit).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (streams_writing_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  server_->stop();
 }
 
 void HttpServer::install_routes() {
@@ -220,12 +229,14 @@ void HttpServer::install_routes() {
         st->include_usage = request.include_usage;
         if (request.logprobs) st->logprobs.emplace(engine_.tokenizer(), endpoint);
         res.set_header("Cache-Control", "no-cache");
+        ++streams_writing_;
         res.set_chunked_content_provider(
             "text/event-stream",
             [st](size_t, httplib::DataSink& sink) { return stream_some(*st, sink); },
-            [st](bool) {
+            [st, this](bool) {
               // The response ended: if the engine is still working for it, the client is gone.
               if (!st->finished) st->engine->cancel(st->stream->id());
+              --streams_writing_;
             });
         return;
       }

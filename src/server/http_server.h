@@ -47,6 +47,9 @@ class HttpServer {
   HttpServerOptions options_;
   std::unique_ptr<httplib::Server> server_;
   std::atomic<bool> shutting_down_{false};
+  // Streaming responses still writing. httplib's stop() aborts a chunked response mid-stream, so
+  // shutdown() waits for these to write their last chunk first.
+  std::atomic<int> streams_writing_{0};
   std::atomic<uint64_t> next_response_id_{1};
 };
 

@@ -12,14 +12,26 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 TEST(Verdict, DecisionTable) {
-  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .max_waiting_while_busy = 2}).verdict,
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .max_waiting_while_busy = 2,
+                            .queued_samples = 12}).verdict,
             Verdict::kCapacityLimited);
-  // Queue counts are only believed when /metrics was found.
-  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = false, .max_waiting_while_busy = 2}).verdict,
+  // A queue seen in one or two samples is a request between arrival and admission, not a full pool.
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .max_waiting_while_busy = 1,
+                            .queued_samples = kMinQueuedSamples - 1}).verdict,
             Verdict::kClientLimited);
-  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .mean_unaccounted = 3.5}).verdict,
+  // Queue counts are only believed when /metrics was found.
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = false, .max_waiting_while_busy = 2,
+                            .queued_samples = 12}).verdict,
+            Verdict::kClientLimited);
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .mean_unaccounted = 3.5,
+                            .unaccounted_samples = 40}).verdict,
             Verdict::kServerLimited);
-  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .mean_unaccounted = 0.4}).verdict,
+  // Too few /metrics samples to tell "stuck outside the scheduler" from "between arrival and admission".
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .mean_unaccounted = 3.5,
+                            .unaccounted_samples = kMinSamplesForServerLimited - 1}).verdict,
+            Verdict::kClientLimited);
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .mean_unaccounted = 0.4,
+                            .unaccounted_samples = 40}).verdict,
             Verdict::kClientLimited);
   EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 5, .paced_arrivals = true, .metrics_found = true}).verdict,
             Verdict::kRateLimited);
@@ -56,8 +68,11 @@ LoadResult synthetic_run(double waiting_at_busy_sample) {
   load.records.push_back(failed);
   load.metrics_found = true;
   load.request_slots = 2;
-  load.samples = {{.t_s = 0.3, .running = 1, .waiting = waiting_at_busy_sample},  // client has 2 in flight
-                  {.t_s = 0.55, .running = 0, .waiting = 3}};                       // client has none
+  // Three samples while the client has 2 in flight (a queue that persists, kMinQueuedSamples), one after.
+  load.samples = {{.t_s = 0.3, .running = 1, .waiting = waiting_at_busy_sample},
+                  {.t_s = 0.35, .running = 1, .waiting = waiting_at_busy_sample},
+                  {.t_s = 0.4, .running = 1, .waiting = waiting_at_busy_sample},
+                  {.t_s = 0.55, .running = 0, .waiting = 3}};  // client has none
   return load;
 }
 
