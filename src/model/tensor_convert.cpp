@@ -7,7 +7,7 @@ namespace nibble::model {
 void convert_to_f32(Dtype dtype, const std::byte* src, std::span<float> dst) {
   switch (dtype) {
     case Dtype::kF32:
-      std::memcpy(dst.data(), src, dst.size_bytes());
+      if (!dst.empty()) std::memcpy(dst.data(), src, dst.size_bytes());
       return;
     case Dtype::kF16:
       for (size_t i = 0; i < dst.size(); ++i) {

@@ -201,7 +201,7 @@ Value get_attribute(const Value& object, const std::string& name) {
     const std::string s = object.string;
     if (name == "startswith" || name == "endswith") {
       return method(object, [s, name](Arguments& a) {
-        const std::string& p = need_string(a.get(0, "prefix"), name.c_str());
+        const std::string p = need_string(a.get(0, "prefix"), name.c_str());
         const bool hit = p.size() <= s.size() &&
                          (name == "startswith" ? s.compare(0, p.size(), p) == 0
                                                : s.compare(s.size() - p.size(), p.size(), p) == 0);
@@ -349,7 +349,7 @@ void add_globals(Object& globals) {
     return Value::from(std::move(out));
   })));
   globals.set("strftime_now", Value::from(Function([](Arguments& a) {
-    const std::string& format = need_string(a.get(0, "format"), "strftime_now");
+    const std::string format = need_string(a.get(0, "format"), "strftime_now");
     const std::time_t now = std::time(nullptr);
     std::tm tm{};
     localtime_r(&now, &tm);

@@ -112,7 +112,7 @@ std::vector<std::byte> read_bytes(const std::filesystem::path& path) {
   if (!in) throw std::runtime_error("cannot read " + path.string());
   std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::byte> out(chars.size());
-  std::memcpy(out.data(), chars.data(), chars.size());
+  if (!chars.empty()) std::memcpy(out.data(), chars.data(), chars.size());
   return out;
 }
 
