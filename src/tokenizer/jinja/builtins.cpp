@@ -200,11 +200,12 @@ Value get_attribute(const Value& object, const std::string& name) {
   if (object.is_string()) {
     const std::string s = object.string;
     if (name == "startswith" || name == "endswith") {
-      return method(object, [s, name](Arguments& a) {
-        const std::string p = need_string(a.get(0, "prefix"), name.c_str());
+      const bool starts = name == "startswith";
+      return method(object, [s, starts](Arguments& a) {
+        const Value prefix = a.get(0, "prefix");
+        const std::string p = need_string(prefix, starts ? "startswith" : "endswith");
         const bool hit = p.size() <= s.size() &&
-                         (name == "startswith" ? s.compare(0, p.size(), p) == 0
-                                               : s.compare(s.size() - p.size(), p.size(), p) == 0);
+                         (starts ? s.compare(0, p.size(), p) == 0 : s.compare(s.size() - p.size(), p.size(), p) == 0);
         return Value::from(hit);
       });
     }
