@@ -33,7 +33,10 @@ fi
 if ! cmake "${cmake_args[@]}" > "$OUT/configure.log" 2>&1; then
   log "configure FAILED (see configure.log)"; tail -30 "$OUT/configure.log"; exit 1
 fi
-targets=(test_cuda_kv_write test_cuda_decode_attention test_cuda_decode_plan test_cuda_ops test_cuda_chunk_attention test_cuda_model bench_decode_attention)
+targets=(test_cuda_kv_write test_cuda_decode_attention test_cuda_decode_plan test_cuda_ops test_cuda_chunk_attention test_cuda_model bench_decode_attention
+         test_cuda_graph test_cuda_sampling test_cuda_engine bench_model_decode)
+# Benchmarks other engineers add: built and run when their folder exists.
+[[ -f "$ROOT/bench/prefill_attention/CMakeLists.txt" ]] && targets+=(bench_prefill_attention)
 if ! cmake --build "$BUILD" --target "${targets[@]}" -j "$JOBS" > "$OUT/build.log" 2>&1; then
   log "build FAILED (see build.log)"; grep -E "error" "$OUT/build.log" | head -30; exit 1
 fi
@@ -77,6 +80,16 @@ for tool in memcheck racecheck; do
     --gtest_filter="$small_write" > "$OUT/sanitizer_${tool}_write.log" 2>&1 || ok=0
   if [[ $ok == 1 ]]; then log "compute-sanitizer $tool: clean"; else status=1; log "compute-sanitizer $tool: ERRORS (see sanitizer_${tool}_*.log)"; fi
 done
+
+if [[ -x "$BUILD/bench/prefill_attention/bench_prefill_attention" ]]; then
+  "$BUILD/bench/prefill_attention/bench_prefill_attention" ${NIBBLE_BENCH_ARGS:-} > "$OUT/bench_prefill_attention.txt" 2>&1 \
+    || { status=1; log "bench_prefill_attention FAILED"; }
+  log "bench: $OUT/bench_prefill_attention.txt"
+fi
+# Batch-1 decode of a Llama-3-8B-shaped model (random bf16 weights, ~16 GB on the GPU), graphs on/off.
+"$BUILD/bench/model_decode/bench_model_decode" ${NIBBLE_MODEL_BENCH_ARGS:-} > "$OUT/bench_model_decode.txt" 2>&1 \
+  || { status=1; log "bench_model_decode FAILED"; }
+log "bench: $OUT/bench_model_decode.txt"
 
 log "done, status $status; logs in $OUT"
 exit $status

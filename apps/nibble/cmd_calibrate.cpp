@@ -27,6 +27,7 @@ struct CalibrateArgs {
   int64_t chunk = 0;
   std::string device = "cpu";
   int threads = 0;
+  std::string weights;  // "" = the device's default (bf16 on cuda)
   std::string out = "kv_scales.json";
 };
 
@@ -35,7 +36,10 @@ void run_calibrate(const CalibrateArgs& args) {
   NIBBLE_CHECK(args.documents >= 0, "--docs must not be negative, got {}", args.documents);
   const quant::Rotation rotation = quant::parse_rotation(args.rotate);
   runtime::LoadedModel model =
-      runtime::load_model({.dir = args.model_dir, .device = args.device, .num_threads = args.threads});
+      runtime::load_model({.dir = args.model_dir,
+                           .device = args.device,
+                           .num_threads = args.threads,
+                           .weights = runtime::parse_weight_precision(args.weights)});
   const Tokenizer tokenizer = Tokenizer::load(args.model_dir);
   const auto documents =
       eval::load_documents(tokenizer, args.corpus, {.context = args.context, .max_documents = args.documents});
@@ -64,6 +68,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--chunk", args->chunk, "Prefill chunk in tokens (0 = whole document)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu | cuda")->capture_default_str();
   cmd->add_option("--threads", args->threads, "CPU threads (0 = one per core)")->capture_default_str();
+  cmd->add_option("--weights", args->weights, "Weight matrices: bf16 | f32 (default: bf16 on cuda; cpu is f32 only)");
   cmd->add_option("--out", args->out, "Output JSON file")->capture_default_str();
   cmd->callback([args] { run_calibrate(*args); });
 }

@@ -95,6 +95,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--seed", o.seed, "Seed for retrieval items and the bootstrap")->capture_default_str();
   cmd->add_option("--device", o.device, "cpu | cuda")->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads (0 = one per core)")->capture_default_str();
+  cmd->add_option("--weights", o.weights, "Weight matrices: bf16 | f32 (default: bf16 on cuda; cpu is f32 only)");
   nibble::cli::add_kv_scale_flags(cmd, args->kv_scale_flags);
   cmd->add_option("--out", args->out, "Output directory for the reports")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print report.json on stdout instead of the Markdown report");

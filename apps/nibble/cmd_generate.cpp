@@ -1,19 +1,25 @@
-// nibble generate: load a model, tokenize a prompt (optionally through the chat template), prefill
-// it through the paged KV cache and stream the sampled continuation to stdout. A tokens/s line
-// (prefill and decode separately) ends the run on stderr.
+// nibble generate: one request through the serving engine (src/engine, the same Engine, scheduler,
+// paged KV pool, sampler, detokenizer and stop conditions as `nibble serve`): tokenize the prompt
+// (optionally through the chat template), submit it, stream the generated text to stdout as the
+// engine produces it. A tokens/s line ends the run on stderr: prefill is the time to the first
+// token (it includes that token's sampling), decode the rate of the tokens after it.
 //
 // Empty prompt: the tokenizer's encoding of "" is used, i.e. the BOS token alone when the tokenizer
 // adds one (Llama 2, stories260k); a tokenizer that adds nothing (Qwen) makes it an error.
+// --max-tokens beyond the model's context is cut to what fits ("stopped: model context full").
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "common/error.h"
+#include "engine/engine.h"
 #include "quant/kv_format.h"
-#include "runtime/session.h"
+#include "runtime/loaded_model.h"
 #include "kv_scale_flags.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -41,13 +47,20 @@ struct GenerateArgs {
   bool ignore_eos = false;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+void write_stdout(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
 }
 
 void run_generate(const GenerateArgs& args) {
   using namespace nibble;
   NIBBLE_CHECK(args.max_tokens >= 0, "--max-tokens must be >= 0, got {}", args.max_tokens);
+  NIBBLE_CHECK(args.page_size >= 1, "--page-size must be >= 1, got {}", args.page_size);
+  NIBBLE_CHECK(args.chunk >= 0, "--chunk must be >= 0, got {}", args.chunk);
   const sampling::SamplingParams params{.temperature = args.temperature,
                                         .top_k = args.top_k,
                                         .top_p = args.top_p,
@@ -61,7 +74,7 @@ void run_generate(const GenerateArgs& args) {
                                                     .num_threads = args.threads,
                                                     .progress = std::nullopt,
                                                     .weights = runtime::parse_weight_precision(args.weights)});
-  const Tokenizer tokenizer = Tokenizer::load(args.model_dir);
+  Tokenizer tokenizer = Tokenizer::load(args.model_dir);
   std::vector<int32_t> prompt;
   if (args.chat) {
     const ChatMessage message{.role = "user", .content = args.prompt};
@@ -71,56 +84,64 @@ void run_generate(const GenerateArgs& args) {
   }
   NIBBLE_CHECK(!prompt.empty(), "the prompt is empty and this tokenizer adds no BOS token: nothing to generate from");
   const int64_t context = model.config().max_position_embeddings;
-  NIBBLE_CHECK(static_cast<int64_t>(prompt.size()) <= context,
-               "the prompt is {} tokens, longer than the model's context of {} tokens", prompt.size(), context);
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
+  NIBBLE_CHECK(prompt_tokens <= context, "the prompt is {} tokens, longer than the model's context of {} tokens",
+               prompt_tokens, context);
+  const int64_t max_tokens = std::min(args.max_tokens, context - prompt_tokens);
 
-  runtime::Session session(model, {.kv_dtype = kv_dtype,
-                                   .rotation = rotation,
-                                   .page_size = args.page_size,
-                                   .prefill_chunk = args.chunk,
-                                   .max_context = std::min<int64_t>(context, static_cast<int64_t>(prompt.size()) +
-                                                                                 std::max<int64_t>(args.max_tokens, 1)),
-                                   .global_scales = cli::kv_global_scales(
-                                       args.kv_scale_flags, model.transformer().kv_geometry().num_layers, kv_dtype,
-                                       rotation),
-                                   .nvfp4_scale_rule = cli::parse_nvfp4_scale_rule(
-                                       args.kv_scale_flags.nvfp4_scale_rule)});
-  sampling::Sampler sampler(params);
-  StreamingDetokenizer detok(tokenizer, /*skip_special=*/true);
-  const std::vector<int64_t>& eos = model.config().eos_token_ids;
+  // One request: a pool of exactly its pages, no prefix cache, prefill in --chunk token steps.
+  const cache::KvGlobalScales kv_scales = cli::kv_global_scales(
+      args.kv_scale_flags, model.transformer().kv_geometry().num_layers, kv_dtype, rotation);
+  engine::Engine engine(std::move(model), std::move(tokenizer),
+                        {.kv_dtype = kv_dtype,
+                         .rotation = rotation,
+                         .page_size = args.page_size,
+                         .num_pages = std::max<int64_t>((prompt_tokens + max_tokens + args.page_size - 1) / args.page_size, 1),
+                         .max_running = 1,
+                         .max_waiting = 1,
+                         .max_batch_tokens = args.chunk > 0 ? args.chunk : prompt_tokens,
+                         .prefix_cache = false,
+                         .global_scales = kv_scales,
+                         .nvfp4_scale_rule = cli::parse_nvfp4_scale_rule(args.kv_scale_flags.nvfp4_scale_rule)});
 
-  auto start = std::chrono::steady_clock::now();
-  std::vector<float> logits = session.prefill(prompt);
-  const double prefill_s = seconds_since(start);
-  start = std::chrono::steady_clock::now();
-  int64_t generated = 0;
-  const char* stop_reason = "max tokens";
-  for (; generated < args.max_tokens; ++generated) {
-    const int32_t next = sampler.sample(logits);
-    if (!args.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
-      stop_reason = "end of sequence";
+  const Clock::time_point start = Clock::now();
+  engine::GenerationRequest request;
+  request.prompt = prompt;
+  request.max_tokens = max_tokens;
+  request.sampling = params;
+  request.ignore_eos = args.ignore_eos;
+  std::shared_ptr<engine::RequestStream> stream = engine.submit(std::move(request));
+  std::optional<Clock::time_point> first_token;
+  engine::EngineEvent last;
+  while (true) {
+    std::optional<engine::EngineEvent> event = stream->next(std::chrono::seconds(1));
+    if (!event) continue;
+    if (!first_token && !event->tokens.empty()) first_token = Clock::now();
+    write_stdout(event->text);
+    if (event->finish != engine::FinishReason::kNone) {
+      last = std::move(*event);
       break;
     }
-    const std::string text = detok.push(next);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    if (session.length() >= session.max_context()) {
-      ++generated;
-      stop_reason = "model context full";
-      break;
-    }
-    if (generated + 1 < args.max_tokens) logits = session.decode(next);
   }
-  const std::string tail = detok.finish();
-  std::fwrite(tail.data(), 1, tail.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-  const double decode_s = seconds_since(start);
-  const double prompt_tokens = static_cast<double>(prompt.size());
+  const Clock::time_point end = Clock::now();
+  write_stdout("\n");
+  NIBBLE_CHECK(last.finish != engine::FinishReason::kError, "generation failed: {}", last.error);
+  NIBBLE_CHECK(last.finish != engine::FinishReason::kCancelled, "generation was cancelled");
+
+  // An EOS stop reports the EOS token (it prints nothing); the count is of the tokens before it.
+  const bool eos = last.finish == engine::FinishReason::kStop;
+  const int64_t generated = last.usage.completion_tokens - (eos ? 1 : 0);
+  const char* stop_reason = eos                          ? "end of sequence"
+                            : max_tokens < args.max_tokens ? "model context full"
+                                                         : "max tokens";
+  const Clock::time_point decode_start = first_token.value_or(end);
+  const double prefill_s = seconds_between(start, decode_start);
+  const double decode_s = seconds_between(decode_start, end);
+  const int64_t decode_steps = std::max<int64_t>(last.usage.completion_tokens - 1, 0);  // after the first token
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tok/s); decode: {} tokens in {:.3f} s ({:.1f} tok/s); "
                      "stopped: {}; kv {}{}\n",
-             prompt.size(), prefill_s, prompt_tokens / std::max(prefill_s, 1e-9), generated, decode_s,
-             static_cast<double>(generated) / std::max(decode_s, 1e-9), stop_reason, args.kv_dtype,
+             prompt_tokens, prefill_s, static_cast<double>(prompt_tokens) / std::max(prefill_s, 1e-9), generated,
+             decode_s, static_cast<double>(decode_steps) / std::max(decode_s, 1e-9), stop_reason, args.kv_dtype,
              rotation == quant::Rotation::kHadamard ? " + hadamard" : "");
 }
 

@@ -6,8 +6,9 @@
 //                       (--device-memory, default: this machine's RAM on cpu; required on cuda)
 //                       minus the weights;
 //   neither             room for --max-running requests of the model's full context.
-// SIGINT/SIGTERM: stop accepting, let in-flight requests finish for --shutdown-grace-s, cancel the
-// rest, exit 0.
+// SIGINT/SIGTERM (server/http_server.h has the sequence): new requests get 503; in-flight requests
+// may finish for --shutdown-grace-s, then are cancelled (a stream still gets a last chunk with
+// finish_reason "abort" and [DONE]); the listener stops once every response is written; exit 0.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -46,6 +47,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string device = "cpu";
+  std::string weights;  // "" = the device's default (bf16 on cuda)
   int threads = 0;
   std::string kv_dtype = "f32";
   std::string rotate = "none";
@@ -89,6 +91,7 @@ PoolSize size_pool(const ServeArgs& args, nibble::runtime::LoadedModel& model, c
                                                        .model_source = args.model_dir,
                                                        .gpu_memory_bytes = memory,
                                                        .mem_fraction = *args.mem_fraction,
+                                                       .weights_bytes = std::nullopt,  // estimated from the config
                                                        .context_tokens = context,
                                                        .page_size = args.page_size,
                                                        .kv_dtypes = {layout.dtype()}});
@@ -124,7 +127,9 @@ void run_serve(const ServeArgs& args) {
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
 
   runtime::LoadedModel model = runtime::load_model({.dir = args.model_dir, .device = args.device,
-                                                    .num_threads = args.threads});
+                                                    .num_threads = args.threads,
+                                                    .progress = std::nullopt,
+                                                    .weights = runtime::parse_weight_precision(args.weights)});
   Tokenizer tokenizer = Tokenizer::load(args.model_dir);
   const cache::PageLayout layout =
       runtime::kv_page_layout(model, {.kv_dtype = kv_dtype, .rotation = rotation, .page_size = args.page_size});
@@ -197,6 +202,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0 = any free port)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--weights", args->weights, "Weight matrices: bf16 | f32 (default: bf16 on cuda; cpu is f32 only)")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--threads", args->threads, "CPU backend threads (0 = one per core)")->capture_default_str();
   cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache format: f32 bf16 fp8 nvfp4 k8v4")->capture_default_str();
   cmd->add_option("--rotate", args->rotate, "KV rotation: none | hadamard")->capture_default_str();
@@ -215,7 +222,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Turn the radix prefix cache off");
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body (larger: 413)")->capture_default_str();
   cmd->add_option("--http-threads", args->http_threads, "Connections served at once")->capture_default_str();
-  cmd->add_option("--shutdown-grace-s", args->shutdown_grace_s, "Seconds in-flight requests may finish on SIGTERM")
+  cmd->add_option("--shutdown-grace-s", args->shutdown_grace_s,
+                  fmt::format("On SIGINT/SIGTERM new requests get 503 and in-flight ones may finish for this many "
+                              "seconds; then they are cancelled (a stream ends with finish_reason \"abort\" and "
+                              "[DONE], a non-streaming request gets 503). The server exits once every response is "
+                              "written, at most {} s after the grace.",
+                              nibble::server::kWriteOutLimit.count()))
       ->capture_default_str();
   cmd->callback([args] { run_serve(*args); });
 }

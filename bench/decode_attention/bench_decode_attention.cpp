@@ -3,7 +3,12 @@
 // and the fraction of the read bandwidth measured in the same run, plus the nvfp4/fp8 and fp8/bf16
 // time ratios; then the write path in GB/s (f32 input read + stored bytes).
 //
-//   bench_decode_attention [--quick] [--json FILE]
+//   bench_decode_attention [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,...]
+//                          [--no-write | --write-only]
+//
+// --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
+// only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
+// skip the write path / the decode table.
 //
 // Each timed call reads a different copy of the KV pages (copies rotate so the working set is
 // >= 4x L2), so the numbers are DRAM numbers, not L2 numbers. KV contents are a constant byte
@@ -15,11 +20,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -164,7 +171,9 @@ DecodeResult bench_decode(const Device& dev, KvDtype dtype, int group, int64_t c
   return {seconds, bytes / seconds * 1e-9};
 }
 
-double bench_write(KvDtype dtype, int64_t tokens, double* gbps) {
+// g: the global scale of K and V (1 = SGLang's recipe; a power of two takes the exact multiply path,
+// anything else the true division).
+double bench_write(KvDtype dtype, int64_t tokens, float g, double* gbps) {
   const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, kPageSize);
   const int64_t pages = (tokens + kPageSize - 1) / kPageSize;
   DeviceMem pool(pages * layout.page_bytes());
@@ -182,26 +191,74 @@ double bench_write(KvDtype dtype, int64_t tokens, double* gbps) {
   const cuda::KvWriteParams params{.k = k.p, .v = v.p, .positions = d_pos.as<int32_t>(),
                                    .row_sequence = d_seq.as<int32_t>(), .page_tables = d_table.as<int32_t>(),
                                    .pool = pool.as<uint8_t>(), .num_tokens = tokens, .max_pages_per_seq = pages,
-                                   .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0)};
+                                   .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
+                                   .k_global_scale = g, .v_global_scale = g};
   const double seconds = median_seconds([&](int) { cuda::kv_write(params, nullptr); }, 1);
   const double bytes = 2.0 * elems * 4 + static_cast<double>(tokens) * layout.bytes_per_token_per_layer();
   *gbps = bytes / seconds * 1e-9;
   return seconds;
 }
 
+struct Shape {
+  int group;
+  int64_t ctx;
+  int64_t batch;
+};
+
+// "4:32768:32,8:1024:256" -> shapes; throws on anything else.
+std::vector<Shape> parse_shapes(const std::string& text) {
+  std::vector<Shape> shapes;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    Shape s{};
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%d:%ld:%ld%c", &s.group, &s.ctx, &s.batch, &tail) != 3 || s.group < 1 ||
+        s.ctx < 1 || s.batch < 1) {
+      throw std::runtime_error(fmt::format("--shapes: '{}' is not GROUP:CTX:BATCH (positive integers)", item));
+    }
+    shapes.push_back(s);
+    at = end + 1;
+  }
+  return shapes;
+}
+
+std::vector<KvDtype> parse_formats(const std::string& text) {
+  std::vector<KvDtype> formats;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    formats.push_back(quant::parse_kv_dtype(text.substr(at, end - at)));
+    at = end + 1;
+  }
+  return formats;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  std::string json_path;
+  bool quick = false, run_decode = true, run_write = true;
+  std::string json_path, shapes_arg, formats_arg;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
       quick = true;
     } else if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (arg == "--shapes" && i + 1 < argc) {
+      shapes_arg = argv[++i];
+    } else if (arg == "--formats" && i + 1 < argc) {
+      formats_arg = argv[++i];
+    } else if (arg == "--no-write") {
+      run_write = false;
+    } else if (arg == "--write-only") {
+      run_decode = false;
     } else {
-      fmt::print(stderr, "usage: {} [--quick] [--json FILE]\nunknown argument '{}'\n", argv[0], arg);
+      fmt::print(stderr,
+                 "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
+                 "[--no-write | --write-only]\nunknown argument '{}'\n",
+                 argv[0], arg);
       return 2;
     }
   }
@@ -227,54 +284,70 @@ int main(int argc, char** argv) {
     report["device"] = dev.name;
     report["read_gbps"] = read_gbps;
     report["copy_gbps"] = copy_gbps;
-    const std::vector<KvDtype> dtypes = {KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4, KvDtype::kK8V4};
-    const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{4096, 32768}
-                                                : std::vector<int64_t>{1024, 4096, 16384, 32768, 131072};
-    const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 32} : std::vector<int64_t>{1, 8, 32, 128, 256};
+    const std::vector<KvDtype> dtypes = formats_arg.empty()
+                                            ? std::vector<KvDtype>{KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4,
+                                                                   KvDtype::kK8V4}
+                                            : parse_formats(formats_arg);
+    std::vector<Shape> shapes;
+    if (!shapes_arg.empty()) {
+      shapes = parse_shapes(shapes_arg);
+    } else {
+      const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{4096, 32768}
+                                                  : std::vector<int64_t>{1024, 4096, 16384, 32768, 131072};
+      const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 32} : std::vector<int64_t>{1, 8, 32, 128, 256};
+      for (int group : {4, 8})
+        for (int64_t ctx : contexts)
+          for (int64_t batch : batches) shapes.push_back({group, ctx, batch});
+    }
     std::string header = fmt::format("{:>4} {:>7} {:>6} |", "gqa", "ctx", "batch");
     for (KvDtype d : dtypes) header += fmt::format(" {:>22} |", fmt::format("{} us GB/s %BW", quant::kv_dtype_name(d)));
     header += " nvfp4/fp8 fp8/bf16";
-    fmt::print("{}\n", header);
-    for (int group : {4, 8}) {
-      for (int64_t ctx : contexts) {
-        for (int64_t batch : batches) {
-          std::map<KvDtype, DecodeResult> results;
-          std::string line = fmt::format("{:>4} {:>7} {:>6} |", group, ctx, batch);
-          for (KvDtype d : dtypes) {
-            const DecodeResult r = bench_decode(dev, d, group, ctx, batch);
-            results[d] = r;
-            line += r.seconds > 0 ? fmt::format(" {:>8.1f} {:>6.0f} {:>5.1f}% |", r.seconds * 1e6, r.gbps,
-                                                100.0 * r.gbps / read_gbps)
-                                  : fmt::format(" {:>22} |", "(does not fit)");
-            if (r.seconds > 0) {
-              report["decode"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"group", group}, {"ctx", ctx},
-                                          {"batch", batch}, {"seconds", r.seconds}, {"gbps", r.gbps},
-                                          {"fraction_of_read_bw", r.gbps / read_gbps}});
-            }
-          }
-          auto ratio = [&](KvDtype a, KvDtype b) {
-            return results[a].seconds > 0 && results[b].seconds > 0 ? results[a].seconds / results[b].seconds : NAN;
-          };
-          line += fmt::format(" {:>9.3f} {:>8.3f}", ratio(KvDtype::kNVFP4, KvDtype::kFP8), ratio(KvDtype::kFP8, KvDtype::kBF16));
-          fmt::print("{}\n", line);
-          std::fflush(stdout);
+    if (run_decode) fmt::print("{}\n", header);
+    for (const Shape& shape : run_decode ? shapes : std::vector<Shape>{}) {
+      const int group = shape.group;
+      const int64_t ctx = shape.ctx, batch = shape.batch;
+      std::map<KvDtype, DecodeResult> results;
+      std::string line = fmt::format("{:>4} {:>7} {:>6} |", group, ctx, batch);
+      for (KvDtype d : dtypes) {
+        const DecodeResult r = bench_decode(dev, d, group, ctx, batch);
+        results[d] = r;
+        line += r.seconds > 0 ? fmt::format(" {:>8.1f} {:>6.0f} {:>5.1f}% |", r.seconds * 1e6, r.gbps,
+                                            100.0 * r.gbps / read_gbps)
+                              : fmt::format(" {:>22} |", "(does not fit)");
+        if (r.seconds > 0) {
+          report["decode"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"group", group}, {"ctx", ctx},
+                                      {"batch", batch}, {"seconds", r.seconds}, {"gbps", r.gbps},
+                                      {"fraction_of_read_bw", r.gbps / read_gbps}});
         }
       }
+      auto ratio = [&](KvDtype a, KvDtype b) {
+        return results[a].seconds > 0 && results[b].seconds > 0 ? results[a].seconds / results[b].seconds : NAN;
+      };
+      line += fmt::format(" {:>9.3f} {:>8.3f}", ratio(KvDtype::kNVFP4, KvDtype::kFP8), ratio(KvDtype::kFP8, KvDtype::kBF16));
+      fmt::print("{}\n", line);
+      std::fflush(stdout);
     }
 
-    fmt::print("\nwrite path (f32 K/V in, quantize + store), {} KV heads, head_dim {}; GB/s = input + stored bytes\n",
-               kKvHeads, kHeadDim);
-    for (int64_t tokens : {256, 4096, 65536}) {
-      std::string line = fmt::format("tokens {:>6} |", tokens);
-      for (KvDtype d : dtypes) {
-        double gbps = 0;
-        const double s = bench_write(d, tokens, &gbps);
-        line += fmt::format(" {} {:.1f} us {:.0f} GB/s ({:.1f}%) |", quant::kv_dtype_name(d), s * 1e6, gbps,
-                            100.0 * gbps / read_gbps);
-        report["write"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"tokens", tokens}, {"seconds", s},
-                                   {"gbps", gbps}, {"fraction_of_read_bw", gbps / read_gbps}});
+    if (run_write) {
+      fmt::print("\nwrite path (f32 K/V in, quantize + store), {} KV heads, head_dim {}; GB/s = input + stored bytes\n",
+                 kKvHeads, kHeadDim);
+      struct WriteShape {
+        int64_t tokens;
+        float g;
+      };
+      for (const WriteShape w : {WriteShape{256, 1.0f}, WriteShape{4096, 1.0f}, WriteShape{65536, 1.0f},
+                                 WriteShape{65536, 0.37f}}) {
+        std::string line = fmt::format("tokens {:>6} g {:<4} |", w.tokens, w.g);
+        for (KvDtype d : dtypes) {
+          double gbps = 0;
+          const double s = bench_write(d, w.tokens, w.g, &gbps);
+          line += fmt::format(" {} {:.1f} us {:.0f} GB/s ({:.1f}%) |", quant::kv_dtype_name(d), s * 1e6, gbps,
+                              100.0 * gbps / read_gbps);
+          report["write"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"tokens", w.tokens}, {"g", w.g},
+                                     {"seconds", s}, {"gbps", gbps}, {"fraction_of_read_bw", gbps / read_gbps}});
+        }
+        fmt::print("{}\n", line);
       }
-      fmt::print("{}\n", line);
     }
     if (!json_path.empty()) {
       std::ofstream(json_path) << report.dump(2) << "\n";

@@ -43,6 +43,32 @@ struct AttentionShape {
   float scale = 0.0f;        // softmax scale, 1/sqrt(head_dim) for every supported model
 };
 
+// The attention geometry and KV formats of the model a backend runs. Declared before plan()
+// (prepare_attention) so that plan() can make the step's attention metadata (CUDA: the split-KV
+// plan and its workspace) once per step: no attention call then allocates or plans.
+struct AttentionGeometry {
+  AttentionShape shape;
+  quant::ElemFormat k_format = quant::ElemFormat::kF32;
+  quant::ElemFormat v_format = quant::ElemFormat::kF32;
+};
+
+// One logits row to sample on the device (sample()). temperature 0 or top_k 1 = greedy (the largest
+// logit, the lowest id on ties, exactly sampling::greedy). Otherwise p = softmax(logits /
+// temperature), kept = the most probable tokens allowed by top_k, top_p and min_p (the rules of
+// sampling/sampler.h), and one draw u = sampling::philox_uniform(seed, draw) picks from the kept mass.
+struct SampleRequest {
+  float temperature = 0.0f;
+  int64_t top_k = 0;    // 0 = off
+  float top_p = 1.0f;   // 1 = off
+  float min_p = 0.0f;   // 0 = off
+  uint64_t seed = 0;    // the request's stream
+  uint64_t draw = 0;    // this draw's index in the stream (0, 1, 2, ... per sampled token)
+};
+struct SampledToken {
+  int32_t id = 0;
+  float logprob = 0.0f;  // log softmax(logits)[id] at temperature 1 (the OpenAI API's logprob)
+};
+
 // A step as a backend holds it after plan(): the host plan plus whatever the device needs.
 class PlannedStep {
  public:
@@ -71,6 +97,18 @@ class Backend {
 
   // ---- the step plan --------------------------------------------------------------------------
   virtual std::unique_ptr<PlannedStep> plan(const StepPlan& plan) = 0;
+  // The attention geometry every later plan() prepares for (see AttentionGeometry). Optional: a
+  // backend that needs no per-step attention metadata ignores it.
+  virtual void prepare_attention(const AttentionGeometry& geometry) { (void)geometry; }
+  // The batch size a step of `num_seqs` decode sequences should be padded to (CUDA: the CUDA-graph
+  // bucket); the caller pads with sequences whose results it discards. num_seqs = no padding.
+  virtual int64_t decode_batch_bucket(int64_t num_seqs) const { return num_seqs; }
+
+  // ---- sampling ----------------------------------------------------------------------------------
+  // out[r] = a token drawn from logits row r [rows, vocab] in the backend's memory under requests[r];
+  // only the ids (and their logprobs) come back to the host. Throws nibble::Error when the counts
+  // differ or a request is out of range (sampling::validate's rules).
+  virtual void sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) = 0;
 
   // ---- element-wise and dense ops ---------------------------------------------------------------
   // out [total_tokens, hidden] = table[token_ids[row]]; table [vocab, hidden]. Throws on an id
@@ -119,6 +157,9 @@ struct BackendOptions {
   std::string device = "cpu";
   int num_threads = 0;
   std::optional<WeightPrecision> weights;
+  // CUDA: capture decode steps in CUDA graphs and replay them (the environment variable
+  // NIBBLE_CUDA_GRAPHS=0 also turns them off). Ignored by the CPU backend.
+  bool cuda_graphs = true;
 };
 // Throws nibble::Error for an unknown device name or "cuda" in a build without the CUDA backend.
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);

@@ -49,6 +49,7 @@ struct Engine::Live {
   StopMatcher stops;
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;  // [prompt] while scoring
   std::optional<TokenLogprob> sampled_logprob;               // of the token sampled this step
+  uint64_t draws = 0;  // tokens sampled so far: the Philox draw index of the next one
   bool sent_first = false;
   bool has_token = false;
   Clock::time_point submitted;
@@ -159,6 +160,7 @@ void Engine::cancel(RequestId id) {
 }
 
 void Engine::shutdown(std::chrono::milliseconds grace) {
+  std::lock_guard serialized(shutdown_mutex_);  // a second caller returns once the first is done
   {
     std::lock_guard lock(mutex_);
     accepting_ = false;
@@ -185,12 +187,15 @@ EngineMetrics Engine::metrics() const {
 void Engine::loop() {
   while (true) {
     try {
-      take_handovers();
+      // stop_ is read before the handover: shutdown() closes submit() (accepting_) before it sets
+      // stop_, so once stop_ is seen no request can still be on its way into inbox_ — every one is
+      // taken below and gets its last event.
       bool stopping = false;
       {
         std::lock_guard lock(mutex_);
         stopping = stop_;
       }
+      take_handovers();
       if (stopping) {
         std::vector<RequestId> ids;
         for (const auto& [id, live] : live_) ids.push_back(id);
@@ -294,7 +299,26 @@ void Engine::run_step() {
                      .all_logits = all_logits});
     lives.push_back(&live);
   }
-  const std::vector<float> logits = runtime::run_forward_step(model_, core_->pool, options_.rotation, steps, options_.nvfp4_scale_rule);
+  // Every token is drawn by Backend::sample's rule (Philox(seed, draw), draw = tokens sampled so
+  // far), so a request's stream does not depend on which path its steps take. When no sequence of
+  // the step needs host logits (prompt scoring rows, top_logprobs), the logits stay on the device.
+  std::vector<backend::SampleRequest> requests;
+  bool host_logits = false;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const GenerationRequest& r = lives[i]->request;
+    const sampling::SamplingParams& p = r.sampling;
+    requests.push_back({.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p,
+                        .seed = p.seed, .draw = lives[i]->draws});
+    host_logits = host_logits || steps[i].all_logits || (r.logprobs && r.top_logprobs > 0);
+  }
+  std::vector<float> logits;
+  std::vector<backend::SampledToken> drawn;
+  if (host_logits) {
+    logits = runtime::run_forward_step(model_, core_->pool, options_.rotation, steps, options_.nvfp4_scale_rule);
+  } else {
+    drawn = runtime::run_forward_step_sampled(model_, core_->pool, options_.rotation, steps, requests,
+                                              options_.nvfp4_scale_rule);
+  }
 
   std::vector<int32_t> sampled;
   int64_t row = 0;  // logits row of the current sequence's first returned position
@@ -303,7 +327,7 @@ void Engine::run_step() {
     Live& live = *lives[i];
     const int64_t n = static_cast<int64_t>(step.tokens.size());
     const int64_t rows = step.all_logits ? n : 1;
-    NIBBLE_ASSERT(static_cast<int64_t>(logits.size()) >= (row + rows) * vocab_size_);
+    NIBBLE_ASSERT(!host_logits || static_cast<int64_t>(logits.size()) >= (row + rows) * vocab_size_);
     const auto row_span = [&](int64_t r) {
       return std::span<const float>(logits).subspan(static_cast<size_t>(r * vocab_size_), vocab_size_);
     };
@@ -318,11 +342,18 @@ void Engine::run_step() {
       }
     }
     if (plan.sequences[i].samples) {
-      const std::span<const float> last = row_span(row + rows - 1);
       int32_t token = 0;  // max_tokens 0: nothing is generated, the scheduler ignores the value
       if (live.request.max_tokens > 0) {
-        token = live.sampler.sample(last);
-        if (live.request.logprobs) live.sampled_logprob = token_logprob(last, token, live.request.top_logprobs);
+        if (host_logits) {
+          const std::span<const float> last = row_span(row + rows - 1);
+          const backend::SampledToken t = runtime::sample_host_logits(last, vocab_size_, {&requests[i], 1})[0];
+          token = t.id;
+          if (live.request.logprobs) live.sampled_logprob = token_logprob(last, token, live.request.top_logprobs);
+        } else {
+          token = drawn[i].id;
+          if (live.request.logprobs) live.sampled_logprob = TokenLogprob{.token = token, .logprob = drawn[i].logprob};
+        }
+        ++live.draws;
       }
       sampled.push_back(token);
     }

@@ -97,8 +97,9 @@ class Engine {
   // (unless it already finished). Unknown ids are ignored.
   void cancel(RequestId id);
 
-  // Stop accepting requests, let the running ones finish for up to `grace`, cancel the rest and
-  // stop the engine thread. Idempotent; any thread but the engine's.
+  // Stop accepting requests (submit() throws kShuttingDown), let the admitted and queued ones run
+  // for up to `grace`, cancel the rest and stop the engine thread. On return every request ever
+  // accepted has its last event in its stream. Idempotent; any thread but the engine's.
   void shutdown(std::chrono::milliseconds grace);
 
   // Waits until nothing is running, waiting or handed over (true), or the timeout (false).
@@ -139,6 +140,8 @@ class Engine {
   std::unique_ptr<Core> core_;
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
   std::vector<std::pair<std::shared_ptr<RequestStream>, EngineEvent>> outbox_;  // engine thread only
+
+  std::mutex shutdown_mutex_;  // serializes shutdown() (the join)
 
   // Handover between threads.
   mutable std::mutex mutex_;

@@ -30,7 +30,11 @@ EvalReport run_eval(const EvalOptions& o) {
   const KvConfig reference = parse_kv_config(o.reference);
   const std::vector<KvConfig> requested = parse_kv_configs(o.configs);
 
-  runtime::LoadedModel model = runtime::load_model({.dir = o.model_dir, .device = o.device, .num_threads = o.threads, .progress = std::nullopt});
+  runtime::LoadedModel model = runtime::load_model({.dir = o.model_dir,
+                                                    .device = o.device,
+                                                    .num_threads = o.threads,
+                                                    .progress = std::nullopt,
+                                                    .weights = runtime::parse_weight_precision(o.weights)});
   const Tokenizer tokenizer = Tokenizer::load(o.model_dir);
   const int64_t head_dim = model.config().head_dim;
   const int64_t context = model.config().max_position_embeddings;
@@ -63,7 +67,8 @@ EvalReport run_eval(const EvalOptions& o) {
   }
   report.settings = {{"tasks", o.tasks},     {"context", o.context},      {"documents", o.documents},
                      {"chunk", o.chunk},     {"page_size", o.page_size},  {"seed", o.seed},
-                     {"device", o.device},   {"corpus", o.corpus},        {"passkey_lengths", o.passkey_lengths},
+                     {"device", o.device},   {"weights", o.weights.empty() ? "default" : o.weights},
+                     {"corpus", o.corpus},        {"passkey_lengths", o.passkey_lengths},
                      {"passkey_depths", o.passkey_depths}, {"samples", o.samples},
                      {"max_new_tokens", o.max_new_tokens}, {"needles", o.needles}, {"bootstrap_resamples", o.bootstrap_resamples},
                      {"head_dim", head_dim}, {"model_context", context}, {"kv_scales", o.kv_scales},

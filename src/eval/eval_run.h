@@ -35,6 +35,9 @@ struct EvalOptions {
   int64_t bootstrap_resamples = 2000;
   std::string device = "cpu";
   int threads = 0;
+  // Weight matrices on the device: "" = the backend's default (bf16 on cuda), "bf16", "f32"
+  // (runtime::parse_weight_precision). f32 makes the CUDA reference the exact float32 model.
+  std::string weights{};
   // KV scales (cache/kv_scales_file.h) for every configuration with a global scale (fp8, nvfp4,
   // k8v4; each must use the file's rotation); "" = g = 1. The nvfp4 block-scale rule of every config.
   std::string kv_scales{};

@@ -171,6 +171,12 @@ void Transformer::ensure_activations(int64_t tokens, int64_t logit_rows) {
 }
 
 void Transformer::forward(const backend::StepPlan& plan, const backend::KvCacheView& cache, std::vector<float>& logits) {
+  const Tensor out = forward_on_device(plan, cache);
+  logits.resize(static_cast<size_t>(out.numel()));
+  backend_.copy_to_host(logits.data(), out.data, out.numel() * static_cast<int64_t>(sizeof(float)));
+}
+
+backend::Tensor Transformer::forward_on_device(const backend::StepPlan& plan, const backend::KvCacheView& cache) {
   const int64_t t = plan.total_tokens;
   NIBBLE_CHECK(t > 0, "a forward step needs at least one token");
   for (const backend::SequencePlan& s : plan.seqs) {
@@ -202,7 +208,11 @@ void Transformer::forward(const backend::StepPlan& plan, const backend::KvCacheV
                                       .head_dim = d,
                                       .scale = 1.0f / std::sqrt(static_cast<float>(d))};
 
-  std::unique_ptr<backend::PlannedStep> step = be.plan(plan);
+  // The previous step's device arrays go first: plan() may begin a CUDA-graph capture, and a free
+  // issued on a capturing stream fails. The free is stream-ordered, so work still queued is safe.
+  step_.reset();
+  step_ = be.plan(plan);
+  const backend::PlannedStep* step = step_.get();
   be.embedding(*step, embed_, x);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const LayerParams& p = layers_[layer];
@@ -232,8 +242,7 @@ void Transformer::forward(const backend::StepPlan& plan, const backend::KvCacheV
   be.gather_logit_rows(*step, x, last);
   be.rms_norm(last, final_norm_, eps, last);
   be.matmul(last, lm_head_, {}, out);
-  logits.resize(static_cast<size_t>(out.numel()));
-  be.copy_to_host(logits.data(), out.data, out.numel() * static_cast<int64_t>(sizeof(float)));
+  return out;
 }
 
 }  // namespace nibble::model

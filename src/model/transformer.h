@@ -42,6 +42,9 @@ class Transformer {
   // Runs one step. K/V of the new tokens are written into `cache`; returns the logits of the
   // plan's logit rows in `logits` (host, [plan.num_logit_rows(), vocab] row-major).
   void forward(const backend::StepPlan& plan, const backend::KvCacheView& cache, std::vector<float>& logits);
+  // The same step, its logits left in the backend's memory: [plan.num_logit_rows(), vocab] f32,
+  // row-major, valid until the next forward call (Backend::sample reads them on the device).
+  backend::Tensor forward_on_device(const backend::StepPlan& plan, const backend::KvCacheView& cache);
 
   // Called in every forward() with (layer, k, v) right before kv_write: k, v [total_tokens,
   // num_kv_heads * head_dim] after RoPE, before any rotation, in the backend's memory. For
@@ -63,6 +66,9 @@ class Transformer {
   backend::Vector inv_freq_;    // [head_dim / 2]
   std::vector<LayerParams> layers_;
   std::unique_ptr<Activations> act_;
+  // The last step's plan, kept until the next forward: the logits forward_on_device returns may
+  // still be computed by launches a CUDA backend defers until it is read (sample, copy_to_host).
+  std::unique_ptr<backend::PlannedStep> step_;
   KvObserver kv_observer_;
 };
 

@@ -30,7 +30,12 @@ cache::PageLayout kv_page_layout(LoadedModel& model, const KvPoolOptions& option
 // (host memory for the CPU backend, a backend buffer otherwise). Throws nibble::Error when the
 // format does not suit the model's head_dim or the sizes are not positive, or when global_scales
 // does not cover every full-attention layer with finite, positive scales.
+//
+// A backend buffer holds one page more than the pool hands out: page num_pages is the scratch page
+// that the sequences padding a decode step to its CUDA-graph bucket write into (run_forward_step);
+// no sequence of the pool ever owns it.
 cache::KvPool make_kv_pool(LoadedModel& model, const KvPoolOptions& options);
+cache::KvPool make_kv_pool(model::Transformer& transformer, const KvPoolOptions& options);
 
 // Throws nibble::Error unless the model's backend implements `rule` in its cache write (4-over-6:
 // the CPU backend only).
@@ -43,8 +48,47 @@ backend::KvCacheView kv_cache_view(cache::KvPool& pool, quant::Rotation rotation
 // One forward pass over `steps` (distinct sequences; pages owned by the caller, covering
 // first_position + tokens). Returns the logits, sequence by sequence: every new token's row when
 // all_logits, else the last token's; [rows, vocab] row-major, float32, host memory.
+//
+// Per step it declares the model's attention geometry to the backend (Backend::prepare_attention,
+// so plan() makes the split-KV plan), and on a backend with CUDA graphs a decode step (every
+// sequence one new token after a cached prefix) is padded to the backend's batch bucket with
+// sequences decoding one token in the pool's scratch page, and its page tables to a power-of-two
+// width, so that steps of nearby shapes replay one graph; the padding rows' logits are dropped.
+// The plan's sequences [steps.size(), num_seqs) are the padding.
 std::vector<float> run_forward_step(LoadedModel& model, cache::KvPool& pool, quant::Rotation rotation,
                                     std::span<const backend::SequenceStep> steps,
                                     quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6);
+std::vector<float> run_forward_step(model::Transformer& transformer, cache::KvPool& pool, quant::Rotation rotation,
+                                    std::span<const backend::SequenceStep> steps,
+                                    quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6);
+
+// run_forward_step, then one token drawn per sequence by the backend's sample op from that
+// sequence's logits row, which never leaves the backend's memory: out[i] is steps[i]'s token under
+// requests[i] (Backend::sample's rules: greedy = argmax, lowest id on ties; else Philox(seed, draw)
+// over the top-k / top-p / min-p kept set) with its temperature-1 logprob. Only the ids and logprobs
+// come back to the host, so a caller uses it when nothing of the step needs host logits: every
+// steps[i].all_logits false (throws nibble::Error otherwise, and when requests.size() !=
+// steps.size()); callers needing top_logprobs, prompt scoring or echo use run_forward_step.
+// Sequences that do not sample this step (a prompt chunk before the last) get a token too: ignore it.
+std::vector<backend::SampledToken> run_forward_step_sampled(
+    LoadedModel& model, cache::KvPool& pool, quant::Rotation rotation, std::span<const backend::SequenceStep> steps,
+    std::span<const backend::SampleRequest> requests,
+    quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6);
+std::vector<backend::SampledToken> run_forward_step_sampled(
+    model::Transformer& transformer, cache::KvPool& pool, quant::Rotation rotation,
+    std::span<const backend::SequenceStep> steps, std::span<const backend::SampleRequest> requests,
+    quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6);
+
+// The same rule as Backend::sample (the CPU backend's implementation: float64, Philox(seed, draw)) on
+// host logits rows [requests.size(), vocab]: for a caller that needed host logits this step but wants
+// a request's draws to follow the one Philox stream whichever path its steps take. The CUDA sampler
+// may pick the neighbouring token where a draw falls on a float rounding boundary (backend.h).
+std::vector<backend::SampledToken> sample_host_logits(std::span<const float> logits, int64_t vocab,
+                                                      std::span<const backend::SampleRequest> requests);
+
+// The plan run_forward_step runs: make_step_plan over `steps`, padded as described above when
+// `backend` asks for a larger decode bucket and `pool` has its scratch page. Exposed for tests.
+backend::StepPlan plan_forward_step(backend::Backend& backend, const cache::KvPool& pool,
+                                    std::span<const backend::SequenceStep> steps);
 
 }  // namespace nibble::runtime

@@ -16,7 +16,10 @@ LoadedModel load_model(const LoadModelOptions& options) {
                options.dir.string());
   LoadedModel model;
   model.backend_ = backend::make_backend(
-      {.device = options.device, .num_threads = options.num_threads, .weights = options.weights});
+      {.device = options.device,
+       .num_threads = options.num_threads,
+       .weights = options.weights,
+       .cuda_graphs = options.cuda_graphs});
   model.checkpoint_ = std::make_unique<model::Checkpoint>(model::open_checkpoint(options.dir));
   model.weights_ = std::make_unique<model::ModelWeights>(
       model::load_weights(*model.checkpoint_, {.convert_to_f32 = true, .progress = options.progress}));

@@ -24,6 +24,9 @@ struct LoadModelOptions {
   // Weight matrices on the device (backend.h); nullopt = the backend's default (bf16 on cuda,
   // f32 on cpu, which rejects bf16).
   std::optional<backend::WeightPrecision> weights;
+  // CUDA graphs for decode steps (backend.h's BackendOptions::cuda_graphs; NIBBLE_CUDA_GRAPHS=0 also
+  // turns them off).
+  bool cuda_graphs = true;
 };
 
 class LoadedModel {

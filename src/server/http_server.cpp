@@ -1,19 +1,18 @@
 #include "server/http_server.h"
 
-#include <chrono>
-#include <thread>
-
 #include <httplib.h>
-
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
 #include "server/api_error.h"
+#include "server/connection_server.h"
 #include "server/metrics_text.h"
 #include "server/request_parser.h"
 #include "server/responses.h"
@@ -24,15 +23,11 @@ namespace {
 
 using nlohmann::json;
 using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
 
-constexpr milliseconds kPoll{100};
+constexpr milliseconds kPoll{100};            // how long a streaming response waits for an event at a time
+constexpr milliseconds kClientCheck{20};      // how often a non-streaming handler looks at its client
 constexpr int kListenBacklog = 4096;  // httplib listens with a backlog of 5: a burst of clients would be refused
-
-// httplib::Server with access to its listening socket, to widen the backlog.
-class ListeningServer : public httplib::Server {
- public:
-  int socket_fd() const { return svr_sock_; }
-};  // how often a waiting handler looks at its client and the engine
 
 void send_error(httplib::Response& res, const ApiError& error) {
   res.status = error.status;
@@ -59,6 +54,11 @@ int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+ApiError shutting_down_error() {
+  return {.status = 503, .message = "the server is shutting down", .type = "service_unavailable",
+          .code = "shutting_down"};
+}
+
 // One streaming response: the engine's events turned into SSE chunks as the client reads them.
 struct StreamState {
   engine::Engine* engine = nullptr;
@@ -78,19 +78,17 @@ bool stream_some(StreamState& st, httplib::DataSink& sink) {
     for (size_t i = 0; i < event->tokens.size(); ++i) st.logprobs->add(event->tokens[i], event->logprobs.at(i));
     logprobs = st.logprobs->take();
   }
-  if (event->finish == engine::FinishReason::kError || event->finish == engine::FinishReason::kCancelled) {
-    const ApiError error = event->finish == engine::FinishReason::kError
-                               ? engine_error(event->error)
-                               : ApiError{.status = 503, .message = "the request was cancelled (server shutdown)",
-                                          .type = "service_unavailable", .code = "cancelled"};
-    const std::string out = sse_event(error_body(error)) + sse_done();
+  if (event->finish == engine::FinishReason::kError) {
+    const std::string out = sse_event(error_body(engine_error(event->error))) + sse_done();
     st.finished = true;
     sink.write(out.data(), out.size());
     sink.done();
     return true;
   }
   // A chunk per event with text or a finish; token events whose text is held back (a possible stop
-  // string, an incomplete character) still carry their logprobs.
+  // string, an incomplete character) still carry their logprobs. A cancelled request (shutdown's
+  // grace ran out) ends like any other: a last chunk with finish_reason "abort", the usage chunk if
+  // asked for, [DONE].
   std::string out;
   if (!event->text.empty() || event->finish != engine::FinishReason::kNone || st.first || st.logprobs) {
     out += sse_event(stream_chunk(st.ctx, event->text, st.first, event->finish, logprobs));
@@ -109,7 +107,7 @@ bool stream_some(StreamState& st, httplib::DataSink& sink) {
 }  // namespace
 
 HttpServer::HttpServer(engine::Engine& engine, HttpServerOptions options)
-    : engine_(engine), options_(std::move(options)), server_(std::make_unique<ListeningServer>()) {
+    : engine_(engine), options_(std::move(options)), server_(std::make_unique<ConnectionServer>(gate_)) {
   NIBBLE_CHECK(options_.http_threads >= 1, "http threads must be >= 1, got {}", options_.http_threads);
   NIBBLE_CHECK(options_.max_body_bytes >= 1, "max body bytes must be >= 1, got {}", options_.max_body_bytes);
   const int threads = options_.http_threads;
@@ -134,23 +132,51 @@ int HttpServer::bind() {
                  options_.port);
   }
   // Calling listen() again on a listening socket only updates its backlog (Linux, POSIX).
-  NIBBLE_CHECK(::listen(static_cast<ListeningServer&>(*server_).socket_fd(), kListenBacklog) == 0,
-               "cannot set the listen backlog on {}:{}", options_.host, options_.port);
+  NIBBLE_CHECK(::listen(server_->listening_fd(), kListenBacklog) == 0, "cannot set the listen backlog on {}:{}",
+               options_.host, options_.port);
   return options_.port;
 }
 
-void HttpServer::serve() { server_->listen_after_bind(); }
+void HttpServer::serve() {
+  {
+    std::lock_guard lock(serve_mutex_);
+    if (gate_.closed()) return;  // shutdown() came first
+    serve_state_ = ServeState::kServing;
+  }
+  server_->listen_after_bind();
+  {
+    std::lock_guard lock(serve_mutex_);
+    serve_state_ = ServeState::kReturned;
+  }
+  serve_changed_.notify_all();
+}
 
 void HttpServer::shutdown() {
-  if (shutting_down_.exchange(true)) return;
-  engine_.shutdown(options_.shutdown_grace);  // every stream's last event is queued: finished or cancelled
-  // httplib's stop() cuts a chunked response at its next write, so let every stream write its last
-  // events and [DONE] first (bounded: a client that stopped reading must not hold the exit).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (streams_writing_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (shutdown_started_.exchange(true)) return;
+  gate_.close();                              // 1. requests not yet admitted: 503
+  std::fprintf(stderr, "nibble serve: draining: new requests get 503; %lld in flight may finish for %.1f s\n",
+               static_cast<long long>(gate_.in_flight()),
+               std::chrono::duration<double>(options_.shutdown_grace).count());
+  engine_.shutdown(options_.shutdown_grace);  // 2. every accepted request's stream holds its last event
+  if (!gate_.wait_empty(kWriteOutLimit)) {    // 3. every response in flight written out
+    std::fprintf(stderr, "nibble serve: %lld responses still being written after %llds; closing them\n",
+                 static_cast<long long>(gate_.in_flight()), static_cast<long long>(kWriteOutLimit.count()));
   }
-  server_->stop();
+  stop_listening();                           // 4.
+}
+
+void HttpServer::stop_listening() {
+  // httplib's stop() does nothing before listen_after_bind() has marked the server running, so
+  // it is called once that is so, and this waits until serve() has returned.
+  std::unique_lock lock(serve_mutex_);
+  bool stop_sent = false;
+  while (serve_state_ == ServeState::kServing) {
+    if (!stop_sent && server_->is_running()) {
+      server_->stop();
+      stop_sent = true;
+    }
+    serve_changed_.wait_for(lock, milliseconds(10));
+  }
 }
 
 void HttpServer::install_routes() {
@@ -179,10 +205,7 @@ void HttpServer::install_routes() {
   });
 
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (shutting_down_) {
-      send_error(res, {.status = 503, .message = "shutting down", .type = "service_unavailable"});
-      return;
-    }
+    if (gate_.closed()) return send_error(res, shutting_down_error());
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -199,6 +222,9 @@ void HttpServer::install_routes() {
 
   const auto completion = [this, limits](Endpoint endpoint) {
     return [this, limits, endpoint](const httplib::Request& req, httplib::Response& res) {
+      // Admitted: shutdown() waits until this response is written (drain_gate.h). Refused: nothing
+      // was started.
+      if (!server_->admit_current_request()) return send_error(res, shutting_down_error());
       const bool chat = endpoint == Endpoint::kChatCompletions;
       const char* prompt_param = chat ? "messages" : "prompt";
       ParseResult parsed = parse_request(endpoint, req.body);
@@ -229,26 +255,35 @@ void HttpServer::install_routes() {
         st->include_usage = request.include_usage;
         if (request.logprobs) st->logprobs.emplace(engine_.tokenizer(), endpoint);
         res.set_header("Cache-Control", "no-cache");
-        ++streams_writing_;
         res.set_chunked_content_provider(
             "text/event-stream",
             [st](size_t, httplib::DataSink& sink) { return stream_some(*st, sink); },
-            [st, this](bool) {
+            [st](bool) {
               // The response ended: if the engine is still working for it, the client is gone.
               if (!st->finished) st->engine->cancel(st->stream->id());
-              --streams_writing_;
             });
         return;
       }
 
-      // Non-streaming: collect every event, then answer once.
+      // Non-streaming: collect every event, then answer once. A client that hangs up meanwhile
+      // cancels the request (its pages are freed), as a streaming one does.
       std::string text;
       std::vector<int32_t> tokens;
       std::vector<engine::TokenLogprob> token_logprobs;
       std::vector<std::optional<engine::TokenLogprob>> prompt_logprobs;
       engine::EngineEvent last;
+      const int client_fd = ConnectionServer::current_connection_fd();
+      bool client_gone = false;
+      Clock::time_point next_check = Clock::now() + kClientCheck;
       while (true) {
-        std::optional<engine::EngineEvent> event = stream->next(kPoll);
+        std::optional<engine::EngineEvent> event = stream->next(kClientCheck);
+        if (!client_gone && client_fd >= 0 && Clock::now() >= next_check) {
+          next_check = Clock::now() + kClientCheck;
+          if (peer_gone(client_fd)) {
+            client_gone = true;
+            engine_.cancel(stream->id());  // its last event (kCancelled) still comes, and ends the loop
+          }
+        }
         if (!event) continue;
         text += event->text;
         tokens.insert(tokens.end(), event->tokens.begin(), event->tokens.end());
@@ -261,6 +296,7 @@ void HttpServer::install_routes() {
       }
       if (last.finish == engine::FinishReason::kError) return send_error(res, engine_error(last.error));
       if (last.finish == engine::FinishReason::kCancelled) {
+        // Shutdown's grace ran out (a client that hung up reads nothing of this).
         return send_error(res, {.status = 503, .message = "the request was cancelled (server shutdown)",
                                 .type = "service_unavailable", .code = "cancelled"});
       }

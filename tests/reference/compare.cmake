@@ -1,6 +1,9 @@
 # Runs nibble and a node reference over the same inputs and requires identical output lines.
 #   KIND=tokenize: NIBBLE tokenize --model MODEL --jsonl [--no-special]  vs  node encode.mjs MODEL
 #   KIND=chat:     TOOL TEMPLATE EXTRA_JSON                              vs  node render_chat.mjs TEMPLATE EXTRA_JSON
+#                  TEMPLATE_MODEL=<Ollama model> instead of TEMPLATE: the model's real chat template from
+#                  @huggingface/ollama-utils (ollama_template.mjs), written to WORK/template.jinja.
+#                  TEMPLATE=- : each INPUT line carries its own template (the Jinja feature cases).
 # Inputs: INPUT (a JSONL file) or RANDOM_COUNT (gen_strings.mjs: the hand-picked cases + that many
 # seeded random strings). Other variables: NODE, REF_DIR (tests/reference), WORK (scratch folder).
 foreach(var KIND NODE REF_DIR WORK)
@@ -8,6 +11,19 @@ foreach(var KIND NODE REF_DIR WORK)
     message(FATAL_ERROR "compare.cmake: ${var} is not set")
   endif()
 endforeach()
+if(NOT EXISTS ${REF_DIR}/node_modules/@huggingface/tokenizers OR NOT EXISTS ${REF_DIR}/node_modules/@huggingface/jinja
+   OR NOT EXISTS ${REF_DIR}/node_modules/@huggingface/ollama-utils)
+  message(FATAL_ERROR "The npm reference packages are missing: run `npm ci` in ${REF_DIR} (CI does this in .ci/run).")
+endif()
+file(MAKE_DIRECTORY ${WORK})
+if(DEFINED TEMPLATE_MODEL)
+  set(TEMPLATE ${WORK}/template.jinja)
+  execute_process(COMMAND ${NODE} ${REF_DIR}/ollama_template.mjs ${TEMPLATE_MODEL} OUTPUT_FILE ${TEMPLATE}
+                  RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "ollama_template.mjs ${TEMPLATE_MODEL} failed: ${err}")
+  endif()
+endif()
 if(KIND STREQUAL "tokenize")
   set(special_flag "")
   if(NO_SPECIAL)
@@ -24,10 +40,6 @@ elseif(KIND STREQUAL "chat")
 else()
   message(FATAL_ERROR "compare.cmake: unknown KIND ${KIND}")
 endif()
-if(NOT EXISTS ${REF_DIR}/node_modules/@huggingface/tokenizers OR NOT EXISTS ${REF_DIR}/node_modules/@huggingface/jinja)
-  message(FATAL_ERROR "The npm reference packages are missing: run `npm ci` in ${REF_DIR} (CI does this in .ci/run).")
-endif()
-file(MAKE_DIRECTORY ${WORK})
 set(input ${WORK}/input.jsonl)
 if(DEFINED RANDOM_COUNT)
   execute_process(COMMAND ${NODE} ${REF_DIR}/gen_strings.mjs ${RANDOM_COUNT} 1234 OUTPUT_FILE ${input}

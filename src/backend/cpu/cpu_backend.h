@@ -38,6 +38,8 @@ class CpuBackend final : public Backend {
   void kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor k, Tensor v) override;
   void attention(const PlannedStep& step, const KvCacheView& cache, int64_t layer, const AttentionShape& shape,
                  Tensor q, Tensor k, Tensor v, Tensor out) override;
+  // cpu_sampling.cpp: sampling::greedy, or sampling::filtered_distribution walked in id order.
+  void sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) override;
 
   ThreadPool& pool() { return pool_; }
 

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_step.h"
+#include "backend/cuda/sampling.h"
 #include "backend/cuda/decode_attention.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/generic_kv_write.h"
@@ -62,9 +63,15 @@ const CudaPlannedStep& cuda_step(const PlannedStep& step, const char* op) {
 
 bool fused_kv_kernels_support(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
+uint64_t sig_i(int64_t v) { return static_cast<uint64_t>(v); }
+uint64_t tsig(Tensor t) { return sig(t.data) ^ (sig_i(t.rows) << 1) ^ (sig_i(t.cols) << 33); }
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
 }  // namespace
 
-CudaBackend::CudaBackend(WeightPrecision weights) : weights_(weights) {
+CudaBackend::CudaBackend(WeightPrecision weights, bool cuda_graphs)
+    : weights_(weights), graphs_enabled_(cuda_graphs && !graphs_disabled_by_env()) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   NIBBLE_CHECK(status == cudaSuccess && count > 0, "device 'cuda': no usable CUDA device ({})",
@@ -75,23 +82,40 @@ CudaBackend::CudaBackend(WeightPrecision weights) : weights_(weights) {
   NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   NIBBLE_CUBLAS_CHECK(cublasCreate(&blas_));
   NIBBLE_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  // A workspace of our own: cuBLAS then allocates nothing while a decode step is being captured, and
+  // picks the same kernels captured and eager.
+  NIBBLE_CUDA_CHECK(cudaMalloc(&blas_workspace_, kCublasWorkspaceBytes));
+  NIBBLE_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kCublasWorkspaceBytes));
 }
 
 CudaBackend::~CudaBackend() {
+  recorder_.abort(stream_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  graphs_.clear();
+  sampling_.release();
+  prefill_workspace_ = StreamBuffer();  // freed on stream_, before it is destroyed
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (bf16_scratch_ != nullptr) cudaFree(bf16_scratch_);
+  if (blas_workspace_ != nullptr) cudaFree(blas_workspace_);
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::synchronize() { NIBBLE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  end_graph_section();
+  NIBBLE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::end_graph_section() { recorder_.finish(stream_, graph_stats_); }
 
 std::unique_ptr<Buffer> CudaBackend::allocate(int64_t bytes) {
   NIBBLE_CHECK(bytes >= 0, "cannot allocate {} bytes", bytes);
+  end_graph_section();  // cudaMalloc cannot be captured
   return std::make_unique<DeviceBuffer>(bytes, stream_);
 }
 
 void CudaBackend::copy_from_host(void* device_dst, const void* host_src, int64_t bytes) {
+  end_graph_section();
   if (bytes <= 0) return;
   NIBBLE_CUDA_CHECK(
       cudaMemcpyAsync(device_dst, host_src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
@@ -99,6 +123,7 @@ void CudaBackend::copy_from_host(void* device_dst, const void* host_src, int64_t
 }
 
 void CudaBackend::copy_to_host(void* host_dst, const void* device_src, int64_t bytes) {
+  end_graph_section();  // the end of a decode step: launch its graph (or its deferred ops) first
   if (bytes <= 0) return;
   NIBBLE_CUDA_CHECK(
       cudaMemcpyAsync(host_dst, device_src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
@@ -140,9 +165,61 @@ Vector CudaBackend::upload_vector(const float* host_data, int64_t size, std::uni
 }
 
 std::unique_ptr<PlannedStep> CudaBackend::plan(const StepPlan& plan) {
+  recorder_.abort(stream_);  // a section a failed step left open
   // Size the matmul scratch for this step now, so no layer allocates (f32 weights need none).
   if (weights_ == WeightPrecision::kBF16) reserve_bf16_scratch(plan.total_tokens * max_in_features_);
-  return std::make_unique<CudaPlannedStep>(plan, stream_);
+  auto step = std::make_unique<CudaPlannedStep>(plan, geometry_ ? &*geometry_ : nullptr, num_sms_);
+  // The tensor-core prefill's bf16 K/V workspace, sized here so that attention() allocates nothing.
+  if (step->num_prefill() > 0 && geometry_.has_value() && tensor_core_prefill(geometry_->shape.head_dim)) {
+    prefill_workspace_.reserve(
+        cuda::prefill_workspace_bytes(plan.total_tokens, geometry_->shape.num_kv_heads, geometry_->shape.head_dim),
+        stream_);
+  }
+  // A decode step (every sequence decodes) with a declared geometry runs through a graph entry.
+  const bool graph_step = graphs_enabled_ && geometry_.has_value() && step->all_decode() &&
+                          step->num_chunk_work() == 0 && graph_batch_bucket(plan.num_seqs()) > 0;
+  if (!graph_step) {
+    step->bind_owned(stream_);
+    ++graph_stats_.eager_steps;
+    return step;
+  }
+  const auto& split = step->planned_decode();
+  const GraphKey key{.num_seqs = plan.num_seqs(),
+                     .max_pages_per_seq = plan.max_pages_per_seq,
+                     .page_size = plan.page_size,
+                     .split_planned = split.has_value(),
+                     .num_work = split ? split->num_work : 0,
+                     .max_splits = split ? split->max_splits : 0};
+  GraphEntry& entry = graphs_.find_or_add(key, stream_);
+  step->bind(entry.memory, stream_);  // inputs into the entry's fixed buffers, outside any graph
+  if (entry.exec != nullptr) {
+    recorder_.begin(entry, GraphMode::kReplay, stream_);
+  } else if (++entry.seen >= 2) {  // the first time runs eagerly: every launcher is warmed up
+    recorder_.begin(entry, GraphMode::kCapture, stream_);
+  } else {
+    ++graph_stats_.eager_steps;
+  }
+  if (recorder_.mode() != GraphMode::kEager) {
+    recorder_.op({0x504C414Eull, sig(bf16_scratch_), sig(&entry), sig(blas_workspace_)}, [] {});
+  }
+  return step;
+}
+
+void CudaBackend::prepare_attention(const AttentionGeometry& geometry) { geometry_ = geometry; }
+
+bool CudaBackend::tensor_core_prefill(int64_t head_dim) const {
+  return weights_ == WeightPrecision::kBF16 && cuda::prefill_attention_supports_head_dim(head_dim);
+}
+
+int64_t CudaBackend::decode_batch_bucket(int64_t num_seqs) const {
+  if (!graphs_enabled_) return num_seqs;
+  const int64_t bucket = graph_batch_bucket(num_seqs);
+  return bucket > 0 ? bucket : num_seqs;
+}
+
+void CudaBackend::sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) {
+  end_graph_section();
+  cuda::sample_rows(logits, requests, out, sampling_, stream_);
 }
 
 void CudaBackend::reserve_bf16_scratch(int64_t elements) {
@@ -164,22 +241,24 @@ void CudaBackend::embedding(const PlannedStep& step, const Matrix& table, Tensor
     NIBBLE_CHECK(id >= 0 && id < table.out_features, "token id {} is outside the vocabulary of {}", id,
                  table.out_features);
   }
-  cuda::embedding({.token_ids = s.token_ids(),
-                   .table = table.data,
-                   .table_dtype =
-                       weights_ == WeightPrecision::kF32 ? cuda::WeightDtype::kF32 : cuda::WeightDtype::kBF16,
-                   .out = out.data,
-                   .rows = out.rows,
-                   .vocab = table.out_features,
-                   .hidden = table.in_features},
-                  stream_);
+  const cuda::EmbeddingParams params{
+      .token_ids = s.token_ids(),
+      .table = table.data,
+      .table_dtype = weights_ == WeightPrecision::kF32 ? cuda::WeightDtype::kF32 : cuda::WeightDtype::kBF16,
+      .out = out.data,
+      .rows = out.rows,
+      .vocab = table.out_features,
+      .hidden = table.in_features};
+  recorder_.op({1, sig(s.token_ids()), sig(table.data), tsig(out), sig_i(table.out_features)},
+               [this, params] { cuda::embedding(params, stream_); });
 }
 
 void CudaBackend::rms_norm(Tensor x, const Vector& weight, float eps, Tensor out) {
   check_same_shape("rms_norm", x, out);
   NIBBLE_CHECK(weight.size == x.cols, "rms_norm: weight has {} elements, rows have {}", weight.size, x.cols);
-  cuda::rms_norm({.x = x.data, .weight = weight.data, .out = out.data, .rows = x.rows, .cols = x.cols, .eps = eps},
-                 stream_);
+  const cuda::RmsNormParams params{
+      .x = x.data, .weight = weight.data, .out = out.data, .rows = x.rows, .cols = x.cols, .eps = eps};
+  recorder_.op({2, tsig(x), sig(weight.data), tsig(out), sig(eps)}, [this, params] { cuda::rms_norm(params, stream_); });
 }
 
 void CudaBackend::matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out) {
@@ -188,6 +267,13 @@ void CudaBackend::matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor o
                "matmul: [{}, {}] x [{}, {}]^T exceeds cuBLAS's int dimensions", x.rows, x.cols, w.out_features,
                w.in_features);
   if (x.rows == 0) return;
+  if (weights_ == WeightPrecision::kBF16) reserve_bf16_scratch(x.numel());  // a no-op after plan() sized it
+  recorder_.op({3, tsig(x), sig(w.data), sig_i(w.out_features), sig_i(w.in_features), sig(bias.data), tsig(out),
+                sig(bf16_scratch_)},
+               [this, x, w, bias, out] { launch_matmul(x, w, bias, out); });
+}
+
+void CudaBackend::launch_matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out) {
   // Row-major out [M, N] = x [M, K] · W^T, W row-major [N, K]. In cuBLAS's column-major terms:
   // out^T [N, M] = W^T(op T of W seen as col-major [K, N]) · x^T (col-major [K, M]).
   const int m = static_cast<int>(w.out_features), n = static_cast<int>(x.rows), k = static_cast<int>(w.in_features);
@@ -197,8 +283,17 @@ void CudaBackend::matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor o
     NIBBLE_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, CUDA_R_32F, k, x.data,
                                      CUDA_R_32F, k, &beta, out.data, CUDA_R_32F, m, CUBLAS_COMPUTE_32F_PEDANTIC,
                                      CUBLAS_GEMM_DEFAULT));
+  } else if (const cuda::SmallMatmulParams small{.x = x.data,
+                                                 .w = static_cast<const uint16_t*>(w.data),
+                                                 .bias = bias.data,
+                                                 .out = out.data,
+                                                 .rows = x.rows,
+                                                 .n = w.out_features,
+                                                 .k = w.in_features};
+             small_matmul_ && cuda::small_matmul_supports(small)) {
+    cuda::small_matmul_bf16(small, stream_);  // decode batches: W streamed once, bias fused
+    return;
   } else {
-    reserve_bf16_scratch(x.numel());  // a no-op after plan() sized it
     cuda::convert_f32_to_bf16({.x = x.data, .out = static_cast<uint16_t*>(bf16_scratch_), .n = x.numel()}, stream_);
     NIBBLE_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, CUDA_R_16BF, k,
                                      bf16_scratch_, CUDA_R_16BF, k, &beta, out.data, CUDA_R_32F, m,
@@ -218,27 +313,30 @@ void CudaBackend::rope(const PlannedStep& step, Tensor q, Tensor k, int64_t head
                q.rows, k.rows, plan.total_tokens);
   NIBBLE_CHECK(q.cols % head_dim == 0 && k.cols % head_dim == 0, "rope: q/k widths {}/{} not multiples of head_dim {}",
                q.cols, k.cols, head_dim);
-  cuda::rope({.q = q.data,
-              .k = k.data,
-              .positions = s.positions(),
-              .inv_freq = inv_freq.data,
-              .rows = q.rows,
-              .q_heads = q.cols / head_dim,
-              .k_heads = k.cols / head_dim,
-              .head_dim = head_dim},
-             stream_);
+  const cuda::RopeParams params{.q = q.data,
+                                .k = k.data,
+                                .positions = s.positions(),
+                                .inv_freq = inv_freq.data,
+                                .rows = q.rows,
+                                .q_heads = q.cols / head_dim,
+                                .k_heads = k.cols / head_dim,
+                                .head_dim = head_dim};
+  recorder_.op({4, tsig(q), tsig(k), sig(s.positions()), sig(inv_freq.data), sig_i(head_dim)},
+               [this, params] { cuda::rope(params, stream_); });
 }
 
 void CudaBackend::silu_mul(Tensor gate, Tensor up, Tensor out) {
   check_same_shape("silu_mul", gate, up);
   check_same_shape("silu_mul", gate, out);
-  cuda::silu_mul({.gate = gate.data, .up = up.data, .out = out.data, .n = gate.numel()}, stream_);
+  const cuda::SiluMulParams params{.gate = gate.data, .up = up.data, .out = out.data, .n = gate.numel()};
+  recorder_.op({5, tsig(gate), tsig(up), tsig(out)}, [this, params] { cuda::silu_mul(params, stream_); });
 }
 
 void CudaBackend::add(Tensor a, Tensor b, Tensor out) {
   check_same_shape("add", a, b);
   check_same_shape("add", a, out);
-  cuda::add({.a = a.data, .b = b.data, .out = out.data, .n = a.numel()}, stream_);
+  const cuda::AddParams params{.a = a.data, .b = b.data, .out = out.data, .n = a.numel()};
+  recorder_.op({6, tsig(a), tsig(b), tsig(out)}, [this, params] { cuda::add(params, stream_); });
 }
 
 void CudaBackend::gather_logit_rows(const PlannedStep& step, Tensor x, Tensor out) {
@@ -248,8 +346,9 @@ void CudaBackend::gather_logit_rows(const PlannedStep& step, Tensor x, Tensor ou
   NIBBLE_CHECK(out.rows == plan.num_logit_rows() && out.cols == x.cols,
                "gather_logit_rows: out is [{}, {}], expected [{}, {}]", out.rows, out.cols, plan.num_logit_rows(),
                x.cols);
-  cuda::gather_rows({.x = x.data, .out = out.data, .index = s.logit_rows(), .count = out.rows, .cols = x.cols},
-                    stream_);
+  const cuda::RowCopyParams params{.x = x.data, .out = out.data, .index = s.logit_rows(), .count = out.rows,
+                                   .cols = x.cols};
+  recorder_.op({7, tsig(x), tsig(out), sig(s.logit_rows())}, [this, params] { cuda::gather_rows(params, stream_); });
 }
 
 void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor k, Tensor v) {
@@ -276,11 +375,17 @@ void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, in
                                    .k_global_scale = cache.scales->k[layer],
                                    .v_global_scale = cache.scales->v[layer],
                                    .rotation = cache.rotation};
-  if (fused_kv_kernels_support(g.head_dim)) {
-    cuda::kv_write(params, stream_);
-  } else {
-    cuda::generic_kv_write(params, stream_);
-  }
+  const bool fused = fused_kv_kernels_support(g.head_dim);
+  recorder_.op({8, tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
+                sig(params.k_global_scale), sig(params.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
+                sig(s.positions()), sig(s.page_tables())},
+               [this, params, fused] {
+                 if (fused) {
+                   cuda::kv_write(params, stream_);
+                 } else {
+                   cuda::generic_kv_write(params, stream_);
+                 }
+               });
 }
 
 void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, int64_t layer,
@@ -316,20 +421,57 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                                    .num_kv_heads = shape.num_kv_heads,
                                    .head_dim = d,
                                    .softmax_scale = shape.scale};
-  // Prefill and extend sequences.
-  if (s.num_chunk_work() > 0) {
+  // Everything a launch below bakes in beyond the step's device arrays.
+  const std::initializer_list<uint64_t> attention_sig = {
+      9, tsig(q), tsig(k), tsig(v), tsig(out), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
+      sig(chunk.k_global_scale), sig(chunk.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
+      sig_i(shape.num_heads), sig_i(shape.num_kv_heads), sig(shape.scale), sig(s.seq_info())};
+  // Prefill sequences on the tensor cores (bf16 weights, head_dim 64/128/256); then the chunk kernel
+  // takes the extend sequences, leaving the prefill rows alone (skip_prefill).
+  const bool tc_prefill = s.num_prefill() > 0 && tensor_core_prefill(d);
+  if (tc_prefill) {
+    const int64_t workspace_bytes = cuda::prefill_workspace_bytes(plan.total_tokens, shape.num_kv_heads, d);
+    if (prefill_workspace_.bytes() < workspace_bytes) {  // no geometry declared before plan() (op tests)
+      NIBBLE_CHECK(recorder_.mode() == GraphMode::kEager,
+                   "attention: the prefill workspace was not sized in plan(); it cannot grow inside a "
+                   "CUDA-graph capture");
+      prefill_workspace_.reserve(workspace_bytes, stream_);
+    }
+    const cuda::PrefillAttentionParams prefill{.q = q.data,
+                                               .k = k.data,
+                                               .v = v.data,
+                                               .out = out.data,
+                                               .seq_info = s.seq_info(),
+                                               .num_seqs = plan.num_seqs(),
+                                               .total_tokens = plan.total_tokens,
+                                               .max_new_tokens = s.max_prefill_tokens(),
+                                               .kv_workspace = prefill_workspace_.data(),
+                                               .num_q_heads = shape.num_heads,
+                                               .num_kv_heads = shape.num_kv_heads,
+                                               .head_dim = d,
+                                               .softmax_scale = shape.scale};
+    recorder_.op({13, tsig(q), tsig(k), tsig(v), tsig(out), sig(s.seq_info()), sig_i(plan.num_seqs()),
+                  sig_i(s.max_prefill_tokens()), sig(prefill_workspace_.data()), sig_i(shape.num_heads),
+                  sig_i(shape.num_kv_heads), sig(shape.scale)},
+                 [this, prefill] { cuda::prefill_attention(prefill, stream_); });
+  }
+  // Extend sequences (and prefill sequences when the tensor-core kernel did not take them).
+  if (s.num_chunk_work() > 0 && (!tc_prefill || s.num_extend() > 0)) {
+    chunk.skip_prefill = tc_prefill;
+    if (tc_prefill) recorder_.op({14, 1}, [] {});
     chunk.work = s.chunk_work();
     chunk.num_work = s.num_chunk_work();
-    cuda::chunk_attention(chunk, stream_);
+    recorder_.op(attention_sig, [this, chunk] { cuda::chunk_attention(chunk, stream_); });
   }
   if (s.num_decode() == 0) return;
   if (!decode_kernel) {  // decode in a geometry the decode kernel does not take: the generic kernel
     chunk.work = s.decode_work();
     chunk.num_work = s.num_decode();
-    cuda::chunk_attention(chunk, stream_);
+    recorder_.op(attention_sig, [this, chunk] { cuda::chunk_attention(chunk, stream_); });
     return;
   }
-  CudaDecodeState& dec = s.decode_state(shape.num_heads, shape.num_kv_heads, d, k_part.format, v_part.format, num_sms_);
+  const AttentionGeometry geometry{.shape = shape, .k_format = k_part.format, .v_format = v_part.format};
+  CudaDecodeState& dec = s.decode_state(geometry, num_sms_, recorder_.mode() == GraphMode::kEager);
   const int64_t width = shape.num_heads * d;
   // The decode kernel reads q [num_decode][heads * head_dim] and writes out alike; in a mixed step
   // the decode rows are gathered into (and scattered back from) contiguous workspaces.
@@ -337,14 +479,15 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
   float* out_rows = out.data;
   const int32_t* page_tables = s.page_tables();
   if (!s.all_decode()) {
-    cuda::gather_rows({.x = q.data, .out = dec.q_rows.as<float>(), .index = s.decode_rows(), .count = s.num_decode(),
-                       .cols = width},
-                      stream_);
+    const cuda::RowCopyParams gather{
+        .x = q.data, .out = dec.q_rows.as<float>(), .index = s.decode_rows(), .count = s.num_decode(), .cols = width};
+    recorder_.op({10, sig(gather.out)}, [this, gather] { cuda::gather_rows(gather, stream_); });
     q_rows = dec.q_rows.as<float>();
     out_rows = dec.out_rows.as<float>();
     page_tables = s.decode_page_tables();
   }
-  cuda::decode_attention({.q = q_rows,
+  recorder_.op(attention_sig, [] {});  // the shared arguments, for the fingerprint
+  const cuda::DecodeAttentionParams params{.q = q_rows,
                           .q_dtype = cuda::ActivationDtype::kF32,
                           .out = out_rows,
                           .pool = cache.pool,
@@ -361,17 +504,19 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                           .k_global_scale = cache.scales->k[layer],
                           .v_global_scale = cache.scales->v[layer],
                           .rotation = cache.rotation,
-                          .softmax_scale = shape.scale},
-                         stream_);
+                          .softmax_scale = shape.scale};
+  recorder_.op({11, sig(dec.plan_device.data()), sig(dec.partial_out.data()), sig(dec.partial_lse.data()),
+                sig_i(dec.plan.num_work), sig(page_tables)},
+               [this, params] { cuda::decode_attention(params, stream_); });
   if (!s.all_decode()) {
-    cuda::scatter_rows({.x = out_rows, .out = out.data, .index = s.decode_rows(), .count = s.num_decode(),
-                        .cols = width},
-                       stream_);
+    const cuda::RowCopyParams scatter{
+        .x = out_rows, .out = out.data, .index = s.decode_rows(), .count = s.num_decode(), .cols = width};
+    recorder_.op({12, sig(scatter.x)}, [this, scatter] { cuda::scatter_rows(scatter, stream_); });
   }
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
-  return std::make_unique<CudaBackend>(options.weights.value_or(WeightPrecision::kBF16));
+  return std::make_unique<CudaBackend>(options.weights.value_or(WeightPrecision::kBF16), options.cuda_graphs);
 }
 
 }  // namespace nibble::backend

@@ -7,31 +7,42 @@
 //               kBF16 (default): converted once from f32 with round-to-nearest-even (quant/bf16.h);
 //               kF32: copied as they are. Vectors stay f32;
 //   matmul      cuBLAS, f32 output (+ a bias kernel). kBF16: the f32 activation rows are rounded to
-//               bf16, then cublasGemmEx with f32 accumulation. kF32: cublasGemmEx on the f32 rows
-//               with CUBLAS_COMPUTE_32F_PEDANTIC (f32 products and sums, never TF32);
+//               bf16, then cublasGemmEx with f32 accumulation; 1..8 rows (decode) instead go through
+//               small_matmul_bf16 (elementwise.h: the same roundings, another summation order).
+//               kF32: cublasGemmEx on the f32 rows with CUBLAS_COMPUTE_32F_PEDANTIC (f32 products and
+//               sums, never TF32);
 //   small ops   elementwise.h;
 //   KV writes   kv_write.h (head_dim 64/128/256), generic_kv_write.h otherwise;
 //   attention   decode sequences -> decode_attention.h (head_dim 64/128/256, page_size % 16 == 0),
 //               prefill / extend sequences (and decode in other geometries) -> prefill_attention.h;
-//               a mixed step runs both, each on its own sequences.
+//               a mixed step runs both, each on its own sequences. Prefill sequences (no cached
+//               prefix) run on the tensor-core prefill_attention when the weights are kBF16 and
+//               head_dim is 64/128/256 (the step's numerics are bf16 already); with kF32 weights
+//               (exact CPU comparisons) or other head dims they stay on the f32 chunk_attention.
 //
 // All work is queued on one stream owned by the backend; copy_to_host waits for it. plan() uploads
-// the step's arrays once (one device allocation, stream-ordered); every layer's ops read them. The
-// decode split plan depends on the attention shape, which the seam's plan() does not see, so it is
-// made by the step's first attention() call and reused by every later layer.
+// the step's arrays once and, for the geometry declared by prepare_attention(), makes the decode
+// split plan and sizes its workspace (cuda_step.h): every layer's ops only read them. A caller that
+// declared no geometry (op tests) gets the split plan made at the step's first attention() call.
+// Decode steps are captured in CUDA graphs and replayed (cuda_graph.h); sample() draws tokens on
+// the device (sampling.h).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <optional>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/cuda_step.h"
+#include "backend/cuda/sampling.h"
 
 namespace nibble::backend {
 
 class CudaBackend final : public Backend {
  public:
   // Uses the current CUDA device. Throws nibble::Error when there is none.
-  explicit CudaBackend(WeightPrecision weights = WeightPrecision::kBF16);
+  explicit CudaBackend(WeightPrecision weights = WeightPrecision::kBF16, bool cuda_graphs = true);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -47,6 +58,10 @@ class CudaBackend final : public Backend {
   Vector upload_vector(const float* host_data, int64_t size, std::unique_ptr<Buffer>& owner) override;
 
   std::unique_ptr<PlannedStep> plan(const StepPlan& plan) override;
+  void prepare_attention(const AttentionGeometry& geometry) override;
+  // The graph bucket (cuda_graph.h) when graphs are on, else num_seqs.
+  int64_t decode_batch_bucket(int64_t num_seqs) const override;
+  void sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) override;
 
   void embedding(const PlannedStep& step, const Matrix& table, Tensor out) override;
   void rms_norm(Tensor x, const Vector& weight, float eps, Tensor out) override;
@@ -62,12 +77,23 @@ class CudaBackend final : public Backend {
 
   WeightPrecision weight_precision() const { return weights_; }
   cudaStream_t stream() const { return stream_; }
+  bool graphs_enabled() const { return graphs_enabled_; }
+  // Turns decode-step graphs on or off from the next plan() (benchmarks compare both on one model).
+  void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
+  // bf16 matmuls of 1..8 rows through elementwise.h's small_matmul_bf16 (default) or cuBLAS.
+  void set_small_matmul(bool on) { small_matmul_ = on; }
+  const GraphStats& graph_stats() const { return graph_stats_; }
   // Waits for all queued work.
   void synchronize();
 
  private:
   // Grows the bf16 scratch that matmul converts its activations into (stream-ordered).
   void reserve_bf16_scratch(int64_t elements);
+  void launch_matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out);
+  // Ends a graph section (cuda_graph.h) before a call that cannot be captured.
+  void end_graph_section();
+  // Whether prefill sequences run on the tensor-core prefill_attention (the rule in the file comment).
+  bool tensor_core_prefill(int64_t head_dim) const;
 
   WeightPrecision weights_;
   cudaStream_t stream_ = nullptr;
@@ -76,6 +102,17 @@ class CudaBackend final : public Backend {
   int64_t max_in_features_ = 0;         // widest matrix uploaded: sizes the scratch in plan()
   void* bf16_scratch_ = nullptr;        // [bf16_scratch_elements_] bf16 activations of one matmul (kBF16 only)
   int64_t bf16_scratch_elements_ = 0;
+  void* blas_workspace_ = nullptr;      // cuBLAS's workspace (cublasSetWorkspace), fixed for graph capture
+  bool graphs_enabled_ = true;
+  bool small_matmul_ = true;
+  std::optional<AttentionGeometry> geometry_;  // declared by prepare_attention()
+  GraphCache graphs_;
+  GraphRecorder recorder_;
+  GraphStats graph_stats_;
+  cuda::SamplingWorkspace sampling_;
+  // bf16 K/V copies for prefill_attention (prefill_workspace_bytes of the step), grown in plan()
+  // for the declared geometry, or at the first attention() of an eager step that declared none.
+  StreamBuffer prefill_workspace_;
 };
 
 // The factory's entry (backend/factory.cpp). options.weights nullopt = kBF16; num_threads is ignored.

@@ -1,4 +1,5 @@
-// The CUDA backend's planned step (cuda_step.h): pack the step plan's arrays, upload them once.
+// The CUDA backend's planned step (cuda_step.h): pack the step plan's arrays and make the decode
+// split plan on the host, then upload both once.
 #include "backend/cuda/cuda_step.h"
 
 #include <algorithm>
@@ -32,7 +33,22 @@ StreamBuffer& StreamBuffer::operator=(StreamBuffer&& other) noexcept {
   return *this;
 }
 
-CudaPlannedStep::CudaPlannedStep(const StepPlan& plan, cudaStream_t stream) : PlannedStep(plan), stream_(stream) {
+void StreamBuffer::reserve(int64_t bytes, cudaStream_t stream) {
+  if (bytes <= bytes_) return;
+  *this = StreamBuffer(bytes, stream);
+}
+
+bool decode_kernel_supports(int64_t head_dim, int64_t page_size) {
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && page_size % 16 == 0;
+}
+
+bool same_geometry(const AttentionGeometry& a, const AttentionGeometry& b) {
+  return a.shape.num_heads == b.shape.num_heads && a.shape.num_kv_heads == b.shape.num_kv_heads &&
+         a.shape.head_dim == b.shape.head_dim && a.k_format == b.k_format && a.v_format == b.v_format;
+}
+
+CudaPlannedStep::CudaPlannedStep(const StepPlan& plan, const AttentionGeometry* geometry, int num_sms)
+    : PlannedStep(plan) {
   const int64_t num_seqs = plan.num_seqs();
   NIBBLE_CHECK(num_seqs > 0 && plan.total_tokens > 0, "plan: a CUDA step needs sequences and tokens, got {} and {}",
                num_seqs, plan.total_tokens);
@@ -52,6 +68,12 @@ CudaPlannedStep::CudaPlannedStep(const StepPlan& plan, cudaStream_t stream) : Pl
       const int32_t* table = plan.page_table(s);
       decode_page_tables.insert(decode_page_tables.end(), table, table + plan.max_pages_per_seq);
     } else {
+      if (path == AttentionPath::kPrefill) {
+        ++num_prefill_;
+        max_prefill_tokens_ = std::max(max_prefill_tokens_, seq.num_new_tokens);
+      } else {
+        ++num_extend_;
+      }
       for (int64_t q = 0; q < seq.num_new_tokens; q += cuda::kChunkQueryTile) {
         chunk_work.insert(chunk_work.end(), {static_cast<int32_t>(s), static_cast<int32_t>(q)});
       }
@@ -74,48 +96,78 @@ CudaPlannedStep::CudaPlannedStep(const StepPlan& plan, cudaStream_t stream) : Pl
   append(offsets_.decode_work, decode_work);
   append(offsets_.decode_rows, decode_rows);
   append(offsets_.decode_page_tables, decode_page_tables);
-  const int64_t bytes = static_cast<int64_t>(packed_.size() * sizeof(int32_t));
-  device_ = StreamBuffer(bytes, stream);
-  NIBBLE_CUDA_CHECK(cudaMemcpyAsync(device_.data(), packed_.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
-                                    stream));
+
+  // The split plan: once per step, here, for every layer (plan once, run many).
+  if (geometry != nullptr) {
+    geometry_ = *geometry;
+    if (!decode_seq_lens_.empty() && decode_kernel_supports(geometry->shape.head_dim, plan.page_size)) {
+      const AttentionShape& a = geometry->shape;
+      planned_ = cuda::plan_decode_splits(
+          {.seq_lens = decode_seq_lens_,
+           .num_kv_heads = a.num_kv_heads,
+           .group_chunks = cuda::decode_group_chunks(a.num_heads, a.num_kv_heads),
+           .num_sms = num_sms,
+           .blocks_per_sm = cuda::decode_blocks_per_sm(geometry->k_format, geometry->v_format, a.head_dim)});
+    }
+  }
 }
 
-CudaDecodeState& CudaPlannedStep::decode_state(int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
-                                               quant::ElemFormat k_format, quant::ElemFormat v_format,
-                                               int num_sms) const {
-  NIBBLE_ASSERT(num_decode() > 0);
-  if (decode_ && decode_->num_q_heads == num_q_heads && decode_->num_kv_heads == num_kv_heads &&
-      decode_->head_dim == head_dim && decode_->k_format == k_format && decode_->v_format == v_format) {
-    return *decode_;
-  }
-  auto state = std::make_unique<CudaDecodeState>();
-  state->num_q_heads = num_q_heads;
-  state->num_kv_heads = num_kv_heads;
-  state->head_dim = head_dim;
-  state->k_format = k_format;
-  state->v_format = v_format;
-  state->plan = cuda::plan_decode_splits({.seq_lens = decode_seq_lens_,
-                                          .num_kv_heads = num_kv_heads,
-                                          .group_chunks = cuda::decode_group_chunks(num_q_heads, num_kv_heads),
-                                          .num_sms = num_sms,
-                                          .blocks_per_sm = cuda::decode_blocks_per_sm(k_format, v_format, head_dim)});
-  state->plan_host = state->plan.packed();
-  const int64_t plan_bytes = static_cast<int64_t>(state->plan_host.size() * sizeof(int32_t));
-  state->plan_device = StreamBuffer(plan_bytes, stream_);
-  NIBBLE_CUDA_CHECK(cudaMemcpyAsync(state->plan_device.data(), state->plan_host.data(), static_cast<size_t>(plan_bytes),
-                                    cudaMemcpyHostToDevice, stream_));
+void CudaPlannedStep::fill_decode_state(CudaDecodeState& state, const AttentionGeometry& geometry,
+                                        const cuda::DecodeSplitPlan& plan, cudaStream_t stream) const {
+  const AttentionShape& a = geometry.shape;
+  state.geometry = geometry;
+  state.plan = plan;
+  state.plan_host = plan.packed();
+  const int64_t plan_bytes = static_cast<int64_t>(state.plan_host.size() * sizeof(int32_t));
+  state.plan_device.reserve(plan_bytes, stream);
+  NIBBLE_CUDA_CHECK(cudaMemcpyAsync(state.plan_device.data(), state.plan_host.data(), static_cast<size_t>(plan_bytes),
+                                    cudaMemcpyHostToDevice, stream));
   const int64_t f = static_cast<int64_t>(sizeof(float));
-  const int64_t partial = cuda::decode_partial_out_floats(state->plan, num_q_heads, head_dim);
+  const int64_t partial = cuda::decode_partial_out_floats(plan, a.num_heads, a.head_dim);
   if (partial > 0) {
-    state->partial_out = StreamBuffer(partial * f, stream_);
-    state->partial_lse = StreamBuffer(static_cast<int64_t>(state->plan.num_work) * num_q_heads * f, stream_);
+    state.partial_out.reserve(partial * f, stream);
+    state.partial_lse.reserve(static_cast<int64_t>(plan.num_work) * a.num_heads * f, stream);
   }
   if (!all_decode()) {
-    state->q_rows = StreamBuffer(num_decode() * num_q_heads * head_dim * f, stream_);
-    state->out_rows = StreamBuffer(num_decode() * num_q_heads * head_dim * f, stream_);
+    state.q_rows.reserve(num_decode() * a.num_heads * a.head_dim * f, stream);
+    state.out_rows.reserve(num_decode() * a.num_heads * a.head_dim * f, stream);
   }
-  decode_ = std::move(state);
-  return *decode_;
+}
+
+void CudaPlannedStep::bind(StepMemory& memory, cudaStream_t stream) {
+  stream_ = stream;
+  memory_ = &memory;
+  memory.arrays.reserve(array_bytes(), stream);
+  NIBBLE_CUDA_CHECK(cudaMemcpyAsync(memory.arrays.data(), packed_.data(), static_cast<size_t>(array_bytes()),
+                                    cudaMemcpyHostToDevice, stream));
+  decode_ready_ = false;
+  if (planned_) {
+    fill_decode_state(memory.decode, *geometry_, *planned_, stream);
+    decode_ready_ = true;
+  }
+}
+
+void CudaPlannedStep::bind_owned(cudaStream_t stream) {
+  owned_ = std::make_unique<StepMemory>();
+  bind(*owned_, stream);
+}
+
+CudaDecodeState& CudaPlannedStep::decode_state(const AttentionGeometry& geometry, int num_sms, bool allow_late) const {
+  NIBBLE_ASSERT(num_decode() > 0 && memory_ != nullptr);
+  if (decode_ready_ && same_geometry(memory_->decode.geometry, geometry)) return memory_->decode;
+  NIBBLE_CHECK(allow_late,
+               "attention: the decode split plan for this geometry was not made in plan() (declare it with "
+               "prepare_attention before plan()); it cannot be made inside a CUDA-graph capture");
+  const AttentionShape& a = geometry.shape;
+  const cuda::DecodeSplitPlan plan = cuda::plan_decode_splits(
+      {.seq_lens = decode_seq_lens_,
+       .num_kv_heads = a.num_kv_heads,
+       .group_chunks = cuda::decode_group_chunks(a.num_heads, a.num_kv_heads),
+       .num_sms = num_sms,
+       .blocks_per_sm = cuda::decode_blocks_per_sm(geometry.k_format, geometry.v_format, a.head_dim)});
+  fill_decode_state(memory_->decode, geometry, plan, stream_);
+  decode_ready_ = true;
+  return memory_->decode;
 }
 
 }  // namespace nibble::backend

@@ -34,6 +34,7 @@
 
 #include "backend/cuda/decode_attention.cuh"  // cp.async helpers, hadamard_rows_smem
 #include "backend/cuda/decode_kernel_args.h"
+#include "backend/cuda/e2m1_decode.h"
 
 namespace nibble::cuda::detail {
 
@@ -60,6 +61,12 @@ struct TcTraits {
   static constexpr int kQFragBytes = kKSteps * 32 * 16;
   static constexpr bool kQkBf16 = KF == ElemFormat::kBF16;
   static constexpr bool kPvBf16 = VF == ElemFormat::kBF16;
+  // Full chunks take the copy path without size arithmetic; bf16 head_dim 256 (2 blocks/SM, 255
+  // registers) keeps the single path, the second one made it spill.
+  static constexpr bool kFastCopy = !(KF == ElemFormat::kBF16 && kHeadDim == 256);
+  // QK in two MMA chains (even / odd k-steps): shorter dependency chains, 4 more registers; fp8/fp8
+  // is already at the 128-register bound of 4 blocks per SM and would spill, as would head_dim 256.
+  static constexpr bool kQkTwoChains = !(KF == ElemFormat::kFP8 && VF == ElemFormat::kFP8) && kHeadDim <= 128;
   // Stored unit values are scaled into f16 by these powers of two (nvfp4: unit · 2^-8).
   static constexpr float kKUnitMult = KF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
   static constexpr float kVUnitMult = VF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
@@ -103,10 +110,13 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* glo
 }
 
 // Copies one region of a 16-token chunk (rows contiguous in the page) into a stage, one warp.
-// kSwz: 0 none (scales), 1 K, 2 V. Bytes of tokens past n_valid are zero-filled (cp.async src-size),
-// data and scales alike, so no byte past a sequence's end reaches the arithmetic.
-template <int kRow, int kSwz>
+// kSwz: 0 none (scales), 1 K, 2 V. kFull: all 16 tokens are valid (every chunk but a sequence's
+// last): plain 16-byte copies, no size arithmetic. Otherwise bytes of tokens past n_valid are
+// zero-filled (cp.async src-size), data and scales alike, so no byte past a sequence's end reaches
+// the arithmetic.
+template <int kRow, int kSwz, bool kFull>
 __device__ __forceinline__ void copy_region(uint8_t* dst, const uint8_t* src, int n_valid, int lane) {
+  const uint8_t* src_lane = src + 16 * lane;  // full path: one 64-bit add per region, not per piece
   constexpr int kPieces = kTcChunk * kRow / 16;
   constexpr int kPerLane = (kPieces + 31) / 32;
 #pragma unroll
@@ -115,14 +125,28 @@ __device__ __forceinline__ void copy_region(uint8_t* dst, const uint8_t* src, in
     if (kPieces % 32 == 0 || p < kPieces) {
       const int b = p * 16;
       const int phys = kSwz == 1 ? k_swz<kRow>(b) : (kSwz == 2 ? v_swz<kRow>(b) : b);
-      int bytes = 16;
-      if (n_valid < kTcChunk) {  // the sequence's last chunk only
+      if constexpr (kFull) {
+        cp_async16(dst + phys, src_lane + 512 * i);
+      } else {
         const int valid = n_valid * kRow - b;
-        bytes = valid >= 16 ? 16 : (valid > 0 ? valid : 0);
+        cp_async16_zfill(dst + phys, src + b, valid >= 16 ? 16 : (valid > 0 ? valid : 0));
       }
-      cp_async16_zfill(dst + phys, src + b, bytes);
     }
   }
+}
+
+// One 16-token chunk (K data, K scales, V data, V scales) from the page at `page_base`, token slot
+// `slot` onward, into stage `st`.
+template <typename T, bool kFull>
+__device__ __forceinline__ void copy_chunk(uint8_t* st, const uint8_t* page_base, int slot, int k_off, int ks_off,
+                                           int v_off, int vs_off, int n_valid, int lane) {
+  copy_region<T::kKRow, 1, kFull>(st, page_base + (k_off + slot * T::kKRow), n_valid, lane);
+  if constexpr (T::kKScaleRow > 0)
+    copy_region<T::kKScaleRow, 0, kFull>(st + T::kKBytes, page_base + (ks_off + slot * T::kKScaleRow), n_valid, lane);
+  st += T::kKBytes + T::kKScaleBytes;
+  copy_region<T::kVRow, 2, kFull>(st, page_base + (v_off + slot * T::kVRow), n_valid, lane);
+  if constexpr (T::kVScaleRow > 0)
+    copy_region<T::kVScaleRow, 0, kFull>(st + T::kVBytes, page_base + (vs_off + slot * T::kVScaleRow), n_valid, lane);
 }
 
 // 2^x on the special-function unit (x <= 0 here; -inf -> 0, results below 2^-126 flush to 0).
@@ -164,18 +188,15 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// The nibble pair at bit positions kP and kP+16 of x -> f16x2 patterns of E2M1 · 2^-14
-// (sign -> bit 15, e1 e0 m -> bits 11..9; e2m1_decode.h). For kP < 12: (sign · 8 + magnitude)
-// puts the sign 4 bits above the magnitude, one multiply by 2^(9-kP) places both (integer
-// multiplies run beside the logic ops); for kP = 12 the sign is already in place.
-template <int kP>
-__device__ __forceinline__ uint32_t e2m1_pair_at(uint32_t x) {
-  if constexpr (kP == 12) {
-    return (x & 0x80008000u) | ((x >> 3) & 0x0E000E00u);
-  } else {
-    constexpr uint32_t kSign = 0x00080008u << kP, kMag = 0x00070007u << kP;
-    return ((x & kSign) * 8u + (x & kMag)) * (1u << (9 - kP));
-  }
+// The 8 codes of x -> the fp16x2 patterns (E2M1 · 2^-14) of the pairs (codes p, p + 4), p = 0..3,
+// through high bytes (e2m1_decode.h): 11 integer ops for the 4 pairs.
+__device__ __forceinline__ void e2m1x8_pairs(uint32_t x, uint32_t (&pairs)[4]) {
+  uint32_t lo_highs, hi_highs;
+  e2m1x8_high_bytes(x, lo_highs, hi_highs);
+  pairs[0] = f16x2_from_high_bytes_02(lo_highs);  // codes 0, 4
+  pairs[1] = f16x2_from_high_bytes_02(hi_highs);  // codes 1, 5
+  pairs[2] = f16x2_from_high_bytes_13(lo_highs);  // codes 2, 6
+  pairs[3] = f16x2_from_high_bytes_13(hi_highs);  // codes 3, 7
 }
 
 // Token `row` of the chunk: its K as B registers kb[kHeadDim/8] (f16 or bf16 pairs).
@@ -221,11 +242,10 @@ __device__ __forceinline__ void load_k_regs(const uint8_t* k_data, const uint8_t
       const uint32_t s = nvfp4_scales_f16x2(code, code);
 #pragma unroll
       for (int w = 0; w < 2; ++w) {
-        const uint32_t x = words[2 * i + w];
-        kb[8 * i + 4 * w + 0] = hmul2_bits(e2m1_pair_at<0>(x), s);
-        kb[8 * i + 4 * w + 1] = hmul2_bits(e2m1_pair_at<4>(x), s);
-        kb[8 * i + 4 * w + 2] = hmul2_bits(e2m1_pair_at<8>(x), s);
-        kb[8 * i + 4 * w + 3] = hmul2_bits(e2m1_pair_at<12>(x), s);
+        uint32_t pairs[4];
+        e2m1x8_pairs(words[2 * i + w], pairs);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) kb[8 * i + 4 * w + p] = hmul2_bits(pairs[p], s);
       }
     }
   }
@@ -343,11 +363,11 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
         const uint32_t x01 = __byte_perm(w[0][q], w[1][q], sel);  // nibble pairs (r0, r1) at dims 8q+2j..+3
         const uint32_t x23 = __byte_perm(w[2][q], w[3][q], sel);
         const int nt = 8 * q + 2 * j;
-        mma16816<false>(o[nt + 0], pa, hmul2_bits(e2m1_pair_at<0>(x01), s01), hmul2_bits(e2m1_pair_at<0>(x23), s23));
-        mma16816<false>(o[nt + 1], pa, hmul2_bits(e2m1_pair_at<4>(x01), s01), hmul2_bits(e2m1_pair_at<4>(x23), s23));
-        mma16816<false>(o[nt + 2], pa, hmul2_bits(e2m1_pair_at<8>(x01), s01), hmul2_bits(e2m1_pair_at<8>(x23), s23));
-        mma16816<false>(o[nt + 3], pa, hmul2_bits(e2m1_pair_at<12>(x01), s01),
-                        hmul2_bits(e2m1_pair_at<12>(x23), s23));
+        uint32_t p01[4], p23[4];  // (r0, r1) and (r2, r3) at dims 8q + 2j + p
+        e2m1x8_pairs(x01, p01);
+        e2m1x8_pairs(x23, p23);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) mma16816<false>(o[nt + p], pa, hmul2_bits(p01[p], s01), hmul2_bits(p23[p], s23));
       }
     }
   }
@@ -447,13 +467,15 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
     const int n_valid = min(kTcChunk, end - cursor_tok);
     const uint8_t* page_base = a.pool + static_cast<int64_t>(cursor_page) * a.page_bytes;
     uint8_t* st = ring + slot * T::kStageBytes;
-    copy_region<T::kKRow, 1>(st, page_base + (k_off + cursor_slot * T::kKRow), n_valid, lane);
-    if constexpr (T::kKScaleRow > 0)
-      copy_region<T::kKScaleRow, 0>(st + T::kKBytes, page_base + (ks_off + cursor_slot * T::kKScaleRow), n_valid, lane);
-    st += T::kKBytes + T::kKScaleBytes;
-    copy_region<T::kVRow, 2>(st, page_base + (v_off + cursor_slot * T::kVRow), n_valid, lane);
-    if constexpr (T::kVScaleRow > 0)
-      copy_region<T::kVScaleRow, 0>(st + T::kVBytes, page_base + (vs_off + cursor_slot * T::kVScaleRow), n_valid, lane);
+    if constexpr (T::kFastCopy) {
+      if (n_valid == kTcChunk) {  // warp-uniform
+        copy_chunk<T, true>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
+      } else {
+        copy_chunk<T, false>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
+      }
+    } else {
+      copy_chunk<T, false>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
+    }
     cursor_tok += kTcWarps * kTcChunk;
     cursor_slot += kTcWarps * kTcChunk;
     while (cursor_slot >= page_size) {
@@ -491,14 +513,25 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
     const int n_valid = min(kTcChunk, end - (begin + (warp + kTcWarps * i) * kTcChunk));
 
     // QK: two n-tiles of 8 tokens; acc[t][0..1] = hi rows, [2..3] = lo rows of head g.
+    // Even and odd k-steps accumulate separately: 4 independent MMA chains of kKSteps/2 instead of 2
+    // of kKSteps (the chain latency, not issue, bounded a warp's step).
     float acc[2][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       uint32_t kb[T::kKRegs];
       load_k_regs<KF, D>(k_data, k_scales, 8 * t + g, c, kb);
+      float acc_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
 #pragma unroll
-      for (int ks = 0; ks < T::kKSteps; ++ks) mma16816<T::kQkBf16>(acc[t], qfrag[ks * 32 + lane], kb[2 * ks], kb[2 * ks + 1]);
+      for (int ks = 0; ks < T::kKSteps; ks += 2) {
+        mma16816<T::kQkBf16>(acc[t], qfrag[ks * 32 + lane], kb[2 * ks], kb[2 * ks + 1]);
+        mma16816<T::kQkBf16>(T::kQkTwoChains ? acc_odd : acc[t], qfrag[(ks + 1) * 32 + lane], kb[2 * ks + 2],
+                             kb[2 * ks + 3]);
+      }
+      if constexpr (T::kQkTwoChains) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[t][j] += acc_odd[j];
+      }
     }
     // Scores of head g at tokens 2c, 2c+1 (tile 0) and 8+2c, 9+2c (tile 1), log2 domain.
     float s[4];

@@ -41,4 +41,36 @@ NIBBLE_HD void e2m1x8_to_f16x2_bits(uint32_t word, uint32_t out[4]) {
   out[3] = (even23 >> 16) | (odd23 & 0xFFFF0000u);
 }
 
+
+// ---- the decode kernels' form: high bytes first, then one byte permute per pair ------------------
+// An E2M1 pattern in fp16 has an all-zero low byte, so it is fully described by its high byte
+// H(code) = sign << 7 | magnitude << 1. The codes in the high nibbles of a word's bytes already
+// have their sign at bit 7: (x & 0x80808080) | ((x >> 3) & 0x0E0E0E0E) gives their four high bytes
+// in 3 ops; the low nibbles' from x << 4 and x << 1 in 4. One byte permute against zero (or one
+// mask) then makes each fp16x2: 11 integer ops for 4 pairs (the per-pair placement took ~15).
+
+// Byte permute with __byte_perm's semantics (selector nibble i picks byte s_i of {a, b}).
+NIBBLE_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, selector);
+#else
+  const uint64_t both = static_cast<uint64_t>(a) | (static_cast<uint64_t>(b) << 32);
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((both >> (8 * ((selector >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+#endif
+}
+
+// x: 8 codes (nibble i = code i). lo_highs: bytes H(code 0), H(code 2), H(code 4), H(code 6);
+// hi_highs: H(code 1), H(code 3), H(code 5), H(code 7).
+NIBBLE_HD void e2m1x8_high_bytes(uint32_t x, uint32_t& lo_highs, uint32_t& hi_highs) {
+  lo_highs = ((x << 4) & 0x80808080u) | ((x << 1) & 0x0E0E0E0Eu);
+  hi_highs = (x & 0x80808080u) | ((x >> 3) & 0x0E0E0E0Eu);
+}
+
+// fp16x2 patterns (value · 2^-14 as above) from a word of high bytes: bytes 0 and 2 -> (low, high
+// half), or bytes 1 and 3.
+NIBBLE_HD uint32_t f16x2_from_high_bytes_02(uint32_t highs) { return byte_perm(highs, 0u, 0x2404u); }
+NIBBLE_HD uint32_t f16x2_from_high_bytes_13(uint32_t highs) { return highs & 0xFF00FF00u; }
+
 }  // namespace nibble::cuda

@@ -1,6 +1,6 @@
 // Kernels of elementwise.h (validation: elementwise.cpp). Element-wise ops use grid-stride loops
-// over int64 indices; RMSNorm uses one warp per row (rows are 8 .. ~16K wide); RoPE one thread
-// per rotated pair. Never fast-math: sincosf/expf/sqrtf are the accurate versions.
+// over int64 indices; RMSNorm uses one warp per row up to 1024 columns (per-head norms), one block
+// per row above (hidden rows); RoPE one thread per rotated pair. Never fast-math: sincosf/expf/sqrtf are the accurate versions.
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -53,6 +53,27 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
   // All lanes have read their inputs before any writes (out may alias x): each lane reads and
   // writes only its own columns.
   for (int64_t i = lane; i < p.cols; i += 32) out[i] = p.weight[i] * (in[i] * inv_rms);
+}
+
+// One block per row, for wide rows (cols > kWideRow): a decode step has a handful of rows of 4096+
+// columns, which one warp would read with ~128 dependent steps. Sum of squares: per-thread partials,
+// warp shuffles, then the warps added in order (deterministic). Each thread writes only the columns
+// it read (out may alias x).
+constexpr int64_t kWideRow = 1024;
+__global__ void rms_norm_wide_kernel(RmsNormParams p) {
+  __shared__ float warp_sums[kThreads / 32];
+  const int64_t row = blockIdx.x;
+  const float* in = p.x + row * p.cols;
+  float* out = p.out + row * p.cols;
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < p.cols; i += kThreads) sum_sq += in[i] * in[i];
+  for (int offset = 16; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum_sq;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
+  const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(p.cols) + p.eps);
+  for (int64_t i = threadIdx.x; i < p.cols; i += kThreads) out[i] = p.weight[i] * (in[i] * inv_rms);
 }
 
 // One thread per (row, head of q or k, i < head_dim/2).
@@ -118,6 +139,12 @@ void launch_embedding(const EmbeddingParams& p, cudaStream_t stream) {
 }
 
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
+  if (p.cols > kWideRow) {
+    if (p.rows > 0x7fffffff) throw_unsupported("rms_norm", "rows", "< 2^31", p.rows);
+    rms_norm_wide_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
+    NIBBLE_CUDA_CHECK_LAUNCH();
+    return;
+  }
   constexpr int64_t kRowsPerBlock = kThreads / 32;
   const int64_t blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (blocks > 0x7fffffff) throw_unsupported("rms_norm", "rows", "< 2^34", p.rows);
@@ -153,6 +180,126 @@ void launch_gather_rows(const RowCopyParams& p, cudaStream_t stream) {
 void launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream) {
   row_copy_kernel<true><<<blocks_for(p.count * p.cols), kThreads, 0, stream>>>(p);
   NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+constexpr int kGemvThreads = 256;
+constexpr int kGemvRowsPerBlock = 4;  // rows of W per block: x (f32, from L1/L2) is read once per 4 rows
+constexpr int kGemvUnroll = 4;        // k-steps whose loads are issued together: 16 loads of 16 B per thread
+
+__device__ __forceinline__ float bf16_rounded(float x) { return quant::f32_from_bf16(quant::bf16_from_f32(x)); }
+
+// 8 bf16 (one 16-byte load) -> f32.
+__device__ __forceinline__ void unpack_bf16x8(const uint4 v, float (&w)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w[2 * i] = __uint_as_float(words[i] << 16);
+    w[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+  }
+}
+
+// Block: kGemvThreads threads on kGemvRowsPerBlock rows of W, the k axis split across all threads
+// (thread t takes the 8 consecutive k at 8·(t + 256·j)), kGemvUnroll steps loaded before any is
+// used. Partial sums: warp shuffle, then the 8 warps added in order by warp 0 (deterministic).
+template <int kRows>
+__global__ void __launch_bounds__(kGemvThreads) small_matmul_kernel(SmallMatmulParams p) {
+  __shared__ float partial[kGemvThreads / 32][kGemvRowsPerBlock][kRows];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kGemvRowsPerBlock;
+  const int64_t k = p.k;
+  float acc[kGemvRowsPerBlock][kRows];
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerBlock; ++r) {
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[r][m] = 0.0f;
+  }
+  const uint16_t* w_rows[kGemvRowsPerBlock];
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerBlock; ++r) {
+    const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;  // past the end: a valid row, never stored
+    w_rows[r] = p.w + row * k;
+  }
+  constexpr int64_t kStep = kGemvThreads * 8;
+  for (int64_t base = threadIdx.x * 8; base < k; base += kGemvUnroll * kStep) {
+    uint4 wv[kGemvUnroll][kGemvRowsPerBlock];
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t kk = base + u * kStep;
+#pragma unroll
+      for (int r = 0; r < kGemvRowsPerBlock; ++r) {
+        wv[u][r] = kk < k ? __ldg(reinterpret_cast<const uint4*>(w_rows[r] + kk)) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t kk = base + u * kStep;
+      if (kk >= k) break;
+      float xv[kRows][8];
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const float4 a = __ldg(reinterpret_cast<const float4*>(p.x + m * k + kk));
+        const float4 b = __ldg(reinterpret_cast<const float4*>(p.x + m * k + kk + 4));
+        xv[m][0] = bf16_rounded(a.x), xv[m][1] = bf16_rounded(a.y), xv[m][2] = bf16_rounded(a.z);
+        xv[m][3] = bf16_rounded(a.w), xv[m][4] = bf16_rounded(b.x), xv[m][5] = bf16_rounded(b.y);
+        xv[m][6] = bf16_rounded(b.z), xv[m][7] = bf16_rounded(b.w);
+      }
+#pragma unroll
+      for (int r = 0; r < kGemvRowsPerBlock; ++r) {
+        float w[8];
+        unpack_bf16x8(wv[u][r], w);
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[r][m] = fmaf(w[j], xv[m][j], acc[r][m]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerBlock; ++r) {
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      float v = acc[r][m];
+      for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) partial[warp][r][m] = v;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kGemvRowsPerBlock * kRows) {
+    const int r = threadIdx.x / kRows, m = threadIdx.x % kRows;
+    const int64_t row = row0 + r;
+    if (row < p.n) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kGemvThreads / 32; ++w) v += partial[w][r][m];
+      p.out[m * p.n + row] = v + (p.bias != nullptr ? p.bias[row] : 0.0f);
+    }
+  }
+}
+
+template <int kRows>
+void launch_small(const SmallMatmulParams& p, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((p.n + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock);
+  small_matmul_kernel<kRows><<<blocks, kGemvThreads, 0, stream>>>(p);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_small_matmul_bf16(const SmallMatmulParams& p, cudaStream_t stream) {
+  switch (p.rows) {
+    case 1: launch_small<1>(p, stream); break;
+    case 2: launch_small<2>(p, stream); break;
+    case 3: launch_small<3>(p, stream); break;
+    case 4: launch_small<4>(p, stream); break;
+    case 5: launch_small<5>(p, stream); break;
+    case 6: launch_small<6>(p, stream); break;
+    case 7: launch_small<7>(p, stream); break;
+    case 8: launch_small<8>(p, stream); break;
+    default: throw_unsupported("small_matmul_bf16", "rows", "1..8", p.rows);
+  }
 }
 
 }  // namespace nibble::cuda::detail

@@ -50,6 +50,9 @@ void kv_write(const KvWriteParams& p, cudaStream_t stream) {
                p.k_layout.page_size, p.v_layout.page_size);
   NIBBLE_CHECK(p.k_global_scale > 0.0f && p.v_global_scale > 0.0f,
                "kv_write: global scales must be positive, got k {} v {}", p.k_global_scale, p.v_global_scale);
+  NIBBLE_CHECK(p.num_tokens * p.k_layout.kv_heads < (int64_t{1} << 31),
+               "kv_write: num_tokens × kv_heads must be < 2^31 (32-bit indexing), got {} × {}", p.num_tokens,
+               p.k_layout.kv_heads);
   detail::launch_kv_write(p, stream);
 }
 

@@ -1,9 +1,11 @@
 #pragma once
 // Write path: quantize the new tokens' K and V and store them into the paged KV pool, fused in one
 // kernel, for every format (f32, bf16, fp8, nvfp4, k8v4) with or without the Hadamard rotation.
-// Bit-exact with the CPU reference: the kernel calls quant::quantize_head_vector's building blocks
-// (quant/nvfp4.h, e4m3.h, bf16.h) and replays quant::hadamard_inplace's butterflies in the same
-// order, in a translation unit built without FMA contraction. (One documented difference: a NaN
+// Bit-exact with the CPU reference: the kernel replays quant::quantize_head_vector's steps on
+// registers (bf16_from_f32; E4M3 by the hardware's RNE satfinite conversion, which equals
+// e4m3_from_f32; E2M1 codes by rounding, checked equal to e2m1_from_f32 for every float) and
+// quant::hadamard_inplace's butterflies in the same order, in a translation unit built without FMA
+// contraction; x / g is x · (1/g) only when g is a power of two. (One documented difference: a NaN
 // input gives a NaN scale/code on both, but its sign bit may differ, because x86 keeps a NaN's sign
 // through division and the GPU returns the canonical NaN.)
 //

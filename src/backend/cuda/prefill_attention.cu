@@ -1,7 +1,13 @@
-// Launch of the chunk-attention kernel (validation: prefill_attention.cpp). head_dim is the one
-// runtime -> template dispatch, here.
+// Launches of the chunk-attention kernel and of the tensor-core prefill kernel (validation:
+// prefill_attention.cpp). head_dim (and the prefill tile) is the one runtime -> template dispatch,
+// here.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/prefill_attention.cuh"
+#include "backend/cuda/prefill_attention_tc.cuh"
+
+#include <algorithm>
+#include <string>
+#include <tuple>
 
 namespace nibble::cuda::detail {
 
@@ -12,6 +18,88 @@ void launch(const ChunkAttentionParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_q_heads));
   chunk_attention_kernel<D><<<grid, ChunkTile<D>::kThreads, 0, stream>>>(p);
   NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <int D, typename T>
+void launch_prefill(const PrefillAttentionParams& p, const __nv_bfloat16* k_bf16, const __nv_bfloat16* v_bf16,
+                    cudaStream_t stream) {
+  auto* kernel = prefill_attention_kernel<D, T>;
+  // Above 48 KB of dynamic shared memory needs the opt-in (once per process and instantiation).
+  static const cudaError_t attribute_status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  NIBBLE_CUDA_CHECK(attribute_status);
+  const int64_t max_new = p.max_new_tokens > 0 ? p.max_new_tokens : p.total_tokens;
+  const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(p.num_seqs),
+                  static_cast<unsigned>((max_new + T::kRowsQ - 1) / T::kRowsQ));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, k_bf16, v_bf16);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+// The tile configurations built, per head_dim:
+// <D, warps, 16-row blocks per warp, keys per tile, min blocks/SM, Q in smem, K/V stages>.
+// kDefault (0-based) is the one tile 0 runs, chosen from bench_prefill_attention --tiles on the
+// H200 (2026-11-29, kernel TFLOP/s at seq 2K / 8K, 32/8 heads); configurations measured and no
+// longer built (dominated) are listed after a '-':
+//   d128: 8x32 smem 289.5/338.8 (default); 4x32 smem 293.1/330.4; 4x16 regs 252.6/287.5;
+//         - 8x16 regs 252.4/294.8; 4x16 regs 3 stages 255.2/288.5; 4x32 smem 3 stages 229.6/267.1
+//   d64:  4x32 regs 247.4/281.4 (default); 4x32 smem 245.8/281.0;
+//         - 4x16 regs 233.8/259.3; 4x32 regs 3 stages 246.2/279.2
+//   d256: 4x16 regs 32 keys 241.9/268.9 (default); 4x16 smem 32 keys 239.2/262.8;
+//         - 4x16 smem 64 keys 209.9/238.4
+template <int D>
+struct PrefillTiles;
+template <>
+struct PrefillTiles<64> {
+  using List = std::tuple<PrefillTile<64, 4, 2, 64, 2>, PrefillTile<64, 4, 2, 64, 2, true>>;
+  static constexpr int kDefault = 0;
+};
+template <>
+struct PrefillTiles<128> {
+  using List = std::tuple<PrefillTile<128, 8, 2, 64, 1, true>, PrefillTile<128, 4, 2, 64, 1, true>,
+                          PrefillTile<128, 4, 1, 64, 2>>;
+  static constexpr int kDefault = 0;
+};
+template <>
+struct PrefillTiles<256> {
+  using List = std::tuple<PrefillTile<256, 4, 1, 32, 1>, PrefillTile<256, 4, 1, 32, 2, true>>;
+  static constexpr int kDefault = 0;
+};
+
+template <int D, size_t I = 0>
+void launch_tile(int index, const PrefillAttentionParams& p, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                 cudaStream_t stream) {
+  using List = typename PrefillTiles<D>::List;
+  if constexpr (I < std::tuple_size_v<List>) {
+    if (index == static_cast<int>(I)) return launch_prefill<D, std::tuple_element_t<I, List>>(p, k, v, stream);
+    return launch_tile<D, I + 1>(index, p, k, v, stream);
+  }
+}
+
+// PrefillAttentionParams::tile (0 = default, else 1-based) -> 0-based index into the list.
+template <int D>
+int tile_index(int tile) {
+  return tile == 0 ? PrefillTiles<D>::kDefault : tile - 1;
+}
+
+template <int D>
+int tile_count() {
+  return static_cast<int>(std::tuple_size_v<typename PrefillTiles<D>::List>);
+}
+
+template <int D, size_t I = 0>
+std::string tile_name(int index) {
+  using List = typename PrefillTiles<D>::List;
+  if constexpr (I < std::tuple_size_v<List>) {
+    if (index == static_cast<int>(I)) {
+      using T = std::tuple_element_t<I, List>;
+      return std::to_string(T::kWarps) + " warps x " + std::to_string(T::kRowsWarp) + " rows (" +
+             std::to_string(T::kRowsQ) + "/block), " + std::to_string(T::kKeys) + " keys/tile, >=" +
+             std::to_string(T::kMinBlocks) + " blocks/SM" +
+             (T::kQInSmem ? ", Q in smem" : ", Q in registers") + ", " + std::to_string(T::kStages) + " stages";
+    }
+    return tile_name<D, I + 1>(index);
+  }
+  return "?";
 }
 
 }  // namespace
@@ -29,4 +117,47 @@ void launch_chunk_attention(const ChunkAttentionParams& p, cudaStream_t stream) 
   }
 }
 
+void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
+  // 1. K and V rounded to bf16 once per call (every query head of a GQA group and every query
+  //    tile then reads the 2-byte copy).
+  const int64_t n = p.total_tokens * p.num_kv_heads * p.head_dim;
+  auto* kv = static_cast<__nv_bfloat16*>(p.kv_workspace);
+  constexpr int kConvertThreads = 256;
+  // Grid-stride loop: a couple of thousand blocks cover any step.
+  const int64_t blocks = std::min<int64_t>((2 * n / 4 + kConvertThreads - 1) / kConvertThreads, 2048);
+  if (!p.kv_workspace_filled) {
+    convert_kv_to_bf16_kernel<<<static_cast<unsigned>(blocks), kConvertThreads, 0, stream>>>(p.k, p.v, kv, n);
+    NIBBLE_CUDA_CHECK_LAUNCH();
+  }
+  // 2. Attention on the chosen tile (0 = the head_dim's default).
+  switch (p.head_dim) {
+    case 64: launch_tile<64>(tile_index<64>(p.tile), p, kv, kv + n, stream); break;
+    case 128: launch_tile<128>(tile_index<128>(p.tile), p, kv, kv + n, stream); break;
+    case 256: launch_tile<256>(tile_index<256>(p.tile), p, kv, kv + n, stream); break;
+    default: throw_unsupported("prefill attention", "head_dim", "64, 128, 256", p.head_dim);
+  }
+}
+
 }  // namespace nibble::cuda::detail
+
+namespace nibble::cuda {
+
+int prefill_tile_count(int64_t head_dim) {
+  switch (head_dim) {
+    case 64: return detail::tile_count<64>();
+    case 128: return detail::tile_count<128>();
+    case 256: return detail::tile_count<256>();
+    default: return 0;
+  }
+}
+
+std::string prefill_tile_name(int64_t head_dim, int tile) {
+  switch (head_dim) {
+    case 64: return detail::tile_name<64>(detail::tile_index<64>(tile));
+    case 128: return detail::tile_name<128>(detail::tile_index<128>(tile));
+    case 256: return detail::tile_name<256>(detail::tile_index<256>(tile));
+    default: return "?";
+  }
+}
+
+}  // namespace nibble::cuda

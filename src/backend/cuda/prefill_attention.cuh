@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(ChunkTile<D>::kThreads) chunk_attention_kernel
   const int32_t* info = p.seq_info + seq * kSeqInfoFields;
   const int64_t row0 = info[0], num_new = info[1], cached_len = info[2];
   const bool own = info[3] != 0;
+  if (p.skip_prefill && cached_len == 0 && own) return;  // prefill_attention's sequence (whole block)
   const int64_t head = blockIdx.y;
   const int64_t kv_head = head / (p.num_q_heads / p.num_kv_heads);
   const int lane = threadIdx.x % T::kLanesPerQuery;

@@ -52,7 +52,8 @@ struct Stmt {
   std::vector<ExprPtr> conditions;
   std::vector<Body> bodies;
   // kFor: targets (one, or several to unpack), optional filter in conditions[0], body in bodies[0],
-  // else in bodies[1]. kSet/kSetBlock: targets[0] (and `attribute` for ns.attr). kMacro: name in
+  // else in bodies[1]. kSet: targets (several to unpack a sequence), or targets[0] and `attribute` for
+  // ns.attr. kSetBlock: targets[0] (and `attribute`). kMacro: name in
   // targets[0], parameter names in targets[1..] with defaults (null = required) in conditions.
   std::vector<std::string> targets;
   std::string attribute;

@@ -90,6 +90,10 @@ class Renderer {
   }
 
   void assign(const Stmt& s, Value value) {
+    if (s.targets.size() > 1) {
+      bind_targets(s, value);
+      return;
+    }
     if (s.attribute.empty()) {
       scopes_.back()[s.targets[0]] = std::move(value);
       return;
@@ -126,7 +130,7 @@ class Renderer {
       return;
     }
     if (!item.is_array() || item.array->size() != s.targets.size())
-      fail(s.line, fmt::format("cannot unpack into {} loop variables", s.targets.size()));
+      fail(s.line, fmt::format("cannot unpack a {} value into {} variables", item.type_name(), s.targets.size()));
     for (size_t i = 0; i < s.targets.size(); ++i) scopes_.back()[s.targets[i]] = (*item.array)[i];
   }
 
@@ -153,6 +157,10 @@ class Renderer {
       loop.object->set("length", Value::from(n));
       loop.object->set("previtem", i > 0 ? items[i - 1] : Value{});
       loop.object->set("nextitem", i + 1 < n ? items[i + 1] : Value{});
+      loop.object->set("cycle", Value::from(Function([i](Arguments& a) {  // loop.cycle('odd', 'even')
+        NIBBLE_CHECK(!a.positional.empty(), "chat template: loop.cycle needs at least one value");
+        return a.positional[static_cast<size_t>(i) % a.positional.size()];
+      })));
       scopes_.back()["loop"] = loop;
       bind_targets(s, items[i]);
       if (exec_body(s.bodies[0], out) == Flow::kBreak) break;
@@ -161,6 +169,8 @@ class Renderer {
     if (n == 0 && s.bodies.size() > 1) exec_body(s.bodies[1], out);
   }
 
+  // The macro's callable captures this Renderer and the macro's Stmt: both outlive it, since
+  // callables live only in this render's scopes and namespaces and never reach the output string.
   void define_macro(const Stmt& s) {
     const Stmt* macro = &s;
     scopes_.back()[s.targets[0]] = Value::from(Function([this, macro](Arguments& a) {

@@ -156,7 +156,11 @@ class Parser {
   StmtPtr parse_set(int line) {
     auto s = new_stmt(Stmt::Kind::kSet, line);
     s->targets.push_back(expect_name());
-    if (at_operator(".")) {
+    while (at_operator(",")) {  // {% set a, b = pair %}
+      next();
+      s->targets.push_back(expect_name());
+    }
+    if (s->targets.size() == 1 && at_operator(".")) {
       next();
       s->attribute = expect_name();
     }
@@ -166,6 +170,7 @@ class Parser {
       expect_statement_end();
       return s;
     }
+    if (s->targets.size() > 1) fail("{% set a, b %} needs '= value'");
     expect_statement_end();
     s->kind = Stmt::Kind::kSetBlock;
     s->bodies.push_back(parse_body({"endset"}));
@@ -330,16 +335,19 @@ class Parser {
     return left;
   }
 
-  ExprPtr parse_unary() {
+  // As Jinja2: filters and tests apply to the whole signed operand, so `-3 | abs` is (-3) | abs.
+  ExprPtr parse_unary(bool with_filters = true) {
     const DepthGuard guard(*this);
+    ExprPtr e;
     if (at_operator("-") || at_operator("+")) {
       const Token& t = next();
-      auto e = make(Expr::Kind::kUnary, t.line);
+      e = make(Expr::Kind::kUnary, t.line);
       e->name = t.text;
-      e->items.push_back(parse_unary());
-      return e;
+      e->items.push_back(parse_unary(/*with_filters=*/false));
+    } else {
+      e = parse_postfix(parse_primary());
     }
-    return parse_filters_and_tests(parse_postfix(parse_primary()));
+    return with_filters ? parse_filters_and_tests(std::move(e)) : std::move(e);
   }
 
   // (args) after a callee, filter or test: positional then name=value keyword arguments.
@@ -429,11 +437,24 @@ class Parser {
         t->name = expect_name();
         t->items.push_back(std::move(e));
         if (at_operator("(")) parse_call_arguments(*t);
+        else if (starts_test_argument()) t->items.push_back(parse_postfix(parse_primary()));  // `x is in xs`
         e = std::move(t);
       } else {
         return e;
       }
     }
+  }
+
+  // Jinja2's one unparenthesized test argument (`n is divisibleby 3`): a literal, name, list or dict
+  // that is not a keyword continuing the expression.
+  bool starts_test_argument() const {
+    const Token& t = peek();
+    if (t.kind == TokenKind::kString || t.kind == TokenKind::kInteger || t.kind == TokenKind::kFloat) return true;
+    if (t.kind == TokenKind::kOperator) return t.text == "[" || t.text == "{";
+    if (t.kind != TokenKind::kName) return false;
+    for (const char* keyword : {"else", "or", "and", "if", "is", "in", "not"})
+      if (t.text == keyword) return false;
+    return true;
   }
 
   ExprPtr parse_primary() {

@@ -98,6 +98,12 @@ Value Arguments::get(size_t n, const char* name, Value fallback) const {
   return n < positional.size() ? positional[n] : fallback;
 }
 
+Value Arguments::keyword_only(const char* name, Value fallback) const {
+  for (const auto& [k, v] : keyword)
+    if (k == name) return v;
+  return fallback;
+}
+
 namespace {
 
 std::string repr(const Value& v) {

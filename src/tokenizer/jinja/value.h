@@ -61,12 +61,15 @@ struct Object {
   void set(const std::string& key, Value value);
 };
 
-// A call's arguments: positional, then keyword.
+// A call's arguments: positional, then keyword. Arguments owns its Values (the evaluator builds it
+// from freshly evaluated expressions), and get() returns copies, never references into it.
 struct Arguments {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keyword;
   // The n-th positional or the keyword `name`, else fallback.
   Value get(size_t n, const char* name, Value fallback = {}) const;
+  // The keyword `name` only (keyword-only parameters such as tojson's indent=), else fallback.
+  Value keyword_only(const char* name, Value fallback = {}) const;
 };
 
 // str(value) as Jinja prints it: None -> "None", True -> "True", lists/dicts in Python repr.

@@ -3,83 +3,32 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <regex>
-#include <thread>
+#include <string>
+#include <vector>
+
+#include "e2e/support/nibble_command.h"
+#include "e2e/support/server_process.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kNibble = fs::path(NIBBLE_BINARY_DIR) / "apps" / "nibble" / "nibble";
+using nibble::test::CommandRun;
+using nibble::test::run_nibble;
+using nibble::test::scratch_path;
+using nibble::test::slurp;
 const fs::path kModel = fs::path(NIBBLE_SOURCE_DIR) / "models" / "stories260k";
 
-fs::path scratch(const std::string& name) {
-  return fs::temp_directory_path() / ("nibble_bench_e2e_" + std::to_string(::getpid()) + "_" + name);
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-// `nibble serve` in a child process; its stderr goes to a file, read for the "listening on" line.
-class ServeProcess {
+// `nibble serve --model stories260k --device cpu` in a child process on a free port.
+class ServeProcess : public nibble::test::ServerProcess {
  public:
-  explicit ServeProcess(const std::vector<std::string>& extra_args) : log_(scratch("serve_" + std::to_string(++count_) + ".log")) {
-    std::vector<std::string> args = {kNibble.string(), "serve", "--model", kModel.string(), "--device", "cpu",
-                                     "--host", "127.0.0.1", "--port", "0", "--threads", "1"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, STDERR_FILENO);
-      ::dup2(fd, STDOUT_FILENO);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    const std::regex listening(R"(listening on (http://127\.0\.0\.1:[0-9]+))");
-    for (int i = 0; i < 600 && base_url_.empty(); ++i) {  // up to 60 s
-      std::smatch m;
-      const std::string text = slurp(log_);
-      if (std::regex_search(text, m, listening)) base_url_ = m[1];
-      int status = 0;
-      if (base_url_.empty() && ::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      if (base_url_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-  ~ServeProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int status = 0;
-      for (int i = 0; i < 100 && ::waitpid(pid_, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (::waitpid(pid_, &status, WNOHANG) == 0) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-      }
-    }
-    fs::remove(log_);
-  }
-  const std::string& base_url() const { return base_url_; }
-  std::string log() const { return slurp(log_); }
+  explicit ServeProcess(std::vector<std::string> extra_args) : ServerProcess(with_model(std::move(extra_args))) {}
 
  private:
-  static inline int count_ = 0;
-  fs::path log_;
-  pid_t pid_ = -1;
-  std::string base_url_;
+  static std::vector<std::string> with_model(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--model", kModel.string(), "--device", "cpu"});
+    return args;
+  }
 };
 
 struct BenchRun {
@@ -89,13 +38,12 @@ struct BenchRun {
 };
 
 BenchRun bench(const std::string& base_url, const std::string& args) {
-  const fs::path out = scratch("out"), err = scratch("err"), json = scratch("run.json");
-  const std::string cmd = kNibble.string() + " bench --base-url " + base_url + " --no-progress --json " + json.string() +
-                          " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  BenchRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err), nullptr};
+  const fs::path json = scratch_path("run.json");
+  const CommandRun run =
+      run_nibble("bench --base-url " + base_url + " --no-progress --json " + json.string() + " " + args);
+  BenchRun r{run.exit_code, run.out, run.err, nullptr};
   if (fs::exists(json)) r.json = nlohmann::json::parse(slurp(json));
-  for (const fs::path& p : {out, err, json}) fs::remove(p);
+  fs::remove(json);
   return r;
 }
 
@@ -140,7 +88,7 @@ TEST(BenchAgainstServe, TinyKvPoolIsCapacityLimited) {
 TEST(BenchAgainstServe, SharedPrefixReportsCacheHitsAndSweepWritesSvg) {
   ServeProcess serve({"--kv-pages", "64", "--max-running", "8"});
   ASSERT_FALSE(serve.base_url().empty()) << serve.log();
-  const fs::path svg = scratch("plot.svg");
+  const fs::path svg = scratch_path("plot.svg");
   const BenchRun r = bench(serve.base_url(), "--workload shared-prefix --prefix-len 48 --num-groups 1 --input-len 4 "
                                              "--output-len 4 --num-requests 6 --sweep 1,2 --svg " + svg.string() +
                                              " --label stories --seed 3");

@@ -3,51 +3,29 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "e2e/support/nibble_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kNibble = fs::path(NIBBLE_BINARY_DIR) / "apps" / "nibble" / "nibble";
+using nibble::test::CommandRun;
+using nibble::test::run_nibble;
+using nibble::test::scratch_path;
+using nibble::test::slurp;
 const fs::path kModel = fs::path(NIBBLE_SOURCE_DIR) / "models" / "stories260k";
 const fs::path kCorpus = fs::path(NIBBLE_SOURCE_DIR) / "tests" / "e2e" / "eval" / "corpus.txt";
 
-fs::path scratch(const std::string& name) {
-  return fs::temp_directory_path() / ("nibble_eval_cmd_" + std::to_string(::getpid()) + "_" + name);
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-struct CommandRun {
-  int exit_code;
-  std::string out, err;
-};
-
-CommandRun run(const std::string& args) {
-  const fs::path out = scratch("stdout"), err = scratch("stderr");
-  const std::string cmd = kNibble.string() + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  CommandRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
-
 TEST(EvalCommand, WritesReportsAndPrintsJson) {
-  const fs::path out = scratch("out");
-  const CommandRun r = run("eval --model " + kModel.string() + " --configs f32,fp8,nvfp4 --corpus " + kCorpus.string() +
-                           " --context 48 --docs 2 --chunk 16 --passkey-lengths 180 --passkey-depths 0,0.5 --samples 1"
-                           " --max-new-tokens 4 --bootstrap 100 --threads 2 --seed 3 --json --out " + out.string());
+  const fs::path out = scratch_path("out");
+  const CommandRun r = run_nibble("eval --model " + kModel.string() + " --configs f32,fp8,nvfp4 --corpus " + kCorpus.string() +
+                                  " --context 48 --docs 2 --chunk 16 --passkey-lengths 180 --passkey-depths 0,0.5 --samples 1"
+                                  " --max-new-tokens 4 --bootstrap 100 --threads 2 --seed 3 --json --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["schema"], "nibble-eval/1");
@@ -66,10 +44,10 @@ TEST(EvalCommand, WritesReportsAndPrintsJson) {
 }
 
 TEST(EvalCommand, MultiNeedleTask) {
-  const fs::path out = scratch("multineedle");
-  const CommandRun r = run("eval --model " + kModel.string() + " --configs f32,fp8 --tasks multineedle --needles 3"
-                           " --passkey-lengths 320 --passkey-depths 0,1 --samples 1 --max-new-tokens 6 --chunk 32"
-                           " --threads 2 --seed 5 --json --out " + out.string());
+  const fs::path out = scratch_path("multineedle");
+  const CommandRun r = run_nibble("eval --model " + kModel.string() + " --configs f32,fp8 --tasks multineedle --needles 3"
+                                  " --passkey-lengths 320 --passkey-depths 0,1 --samples 1 --max-new-tokens 6 --chunk 32"
+                                  " --threads 2 --seed 5 --json --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_TRUE(j["passkey"].is_null());
@@ -118,11 +96,11 @@ TEST(EvalCommand, MultiNeedleTask) {
 }
 
 TEST(EvalCommand, BadConfigurationIsAClearError) {
-  const CommandRun r = run("eval --model " + kModel.string() + " --configs f32,fp9 --tasks passkey --out " +
-                           scratch("bad").string());
+  const CommandRun r = run_nibble("eval --model " + kModel.string() + " --configs f32,fp9 --tasks passkey --out " +
+                                  scratch_path("bad").string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("fp9"), std::string::npos) << r.err;
-  const CommandRun t = run("eval --model " + kModel.string() + " --tasks perplexity --out " + scratch("bad").string());
+  const CommandRun t = run_nibble("eval --model " + kModel.string() + " --tasks perplexity --out " + scratch_path("bad").string());
   EXPECT_NE(t.exit_code, 0);
   EXPECT_NE(t.err.find("--corpus"), std::string::npos) << t.err;
 }

@@ -2,7 +2,6 @@
 // output tensor bit for bit against the head-vector definitions in src/quant, the printed
 // statistics against sums computed here, and every error case's exit code and message.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdint>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "common/npy.h"
+#include "e2e/support/nibble_command.h"
 #include "quant/kv_format.h"
 
 namespace nibble {
@@ -26,19 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using quant::ElemFormat;
 
-const fs::path kNibble = fs::path(NIBBLE_BINARY_DIR) / "apps/nibble/nibble";
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using RunResult = test::CommandRun;
 
 class KvqTest : public testing::Test {
  protected:
@@ -47,21 +35,12 @@ class KvqTest : public testing::Test {
     dir_ = fs::path(NIBBLE_BINARY_DIR) / "tests/e2e/kvq/work" / info->name();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    ASSERT_TRUE(fs::exists(kNibble)) << kNibble << " is not built";
+    ASSERT_TRUE(fs::exists(test::nibble_binary())) << test::nibble_binary() << " is not built";
   }
 
   fs::path path(const std::string& name) const { return dir_ / name; }
 
-  RunResult run(const std::string& args) const {
-    const std::string cmd = "'" + kNibble.string() + "' " + args + " > '" + path("stdout.txt").string() + "' 2> '" +
-                            path("stderr.txt").string() + "'";
-    const int status = std::system(cmd.c_str());
-    RunResult r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(path("stdout.txt"));
-    r.err = slurp(path("stderr.txt"));
-    return r;
-  }
+  RunResult run(const std::string& args) const { return test::run_nibble(args); }
 
   // Runs `kvq roundtrip` on in.npy -> out.npy with extra flags.
   RunResult roundtrip(const std::string& flags) const {

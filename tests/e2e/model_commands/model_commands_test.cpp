@@ -4,46 +4,23 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "common/npy.h"
+#include "e2e/support/nibble_command.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kNibble = fs::path(NIBBLE_BINARY_DIR) / "apps" / "nibble" / "nibble";
+using nibble::test::CommandRun;
+using nibble::test::run_nibble;
+using nibble::test::scratch_path;
+using nibble::test::shell_quoted;
+using nibble::test::slurp;
 const fs::path kModel = fs::path(NIBBLE_SOURCE_DIR) / "models" / "stories260k";
-
-struct CommandRun {
-  int exit_code;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-fs::path scratch(const std::string& name) { return fs::temp_directory_path() / ("nibble_cmd_" + std::to_string(::getpid()) + "_" + name); }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-CommandRun run(const std::string& args) {
-  const fs::path out = scratch("stdout"), err = scratch("stderr");
-  const std::string cmd = kNibble.string() + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  CommandRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
-
-std::string shell_quoted(const std::string& s) { return "'" + s + "'"; }
 
 nlohmann::json golden() { return nlohmann::json::parse(slurp(kModel / "golden.json")); }
 
@@ -51,7 +28,7 @@ TEST(GenerateCommand, GreedyTextIsAPrefixOfTheGoldenContinuation) {
   const nlohmann::json g = golden();
   for (const nlohmann::json& c : g["cases"]) {
     if (c["prompt"] != "Once upon a time" && c["prompt"] != "") continue;
-    const CommandRun r = run("generate --model " + kModel.string() + " --prompt " + shell_quoted(c["prompt"]) +
+    const CommandRun r = run_nibble("generate --model " + kModel.string() + " --prompt " + shell_quoted(c["prompt"]) +
                       " --max-tokens 40 --ignore-eos --kv-dtype f32 --chunk 2");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     ASSERT_FALSE(r.out.empty());
@@ -67,7 +44,7 @@ TEST(GenerateCommand, GreedyTextIsAPrefixOfTheGoldenContinuation) {
 TEST(GenerateCommand, SeededSamplingIsReproducible) {
   const std::string args = "generate --model " + kModel.string() +
                            " --prompt 'Tom had' --max-tokens 30 --temperature 1.0 --top-p 0.9 --seed 11";
-  const CommandRun a = run(args), b = run(args), c = run(args + "1");
+  const CommandRun a = run_nibble(args), b = run_nibble(args), c = run_nibble(args + "1");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(a.out, b.out);
   EXPECT_NE(a.out, c.out);
@@ -78,9 +55,9 @@ TEST(ScoreCommand, LogitsAndLogProbsMatchTheGoldenLogits) {
   const nlohmann::json& entry = g["logits"][1];
   const auto ids = entry["input_ids"].get<std::vector<int32_t>>();
   const auto expected = entry["logits"].get<std::vector<std::vector<double>>>();
-  const fs::path ids_file = scratch("ids.json"), npy = scratch("logits.npy");
+  const fs::path ids_file = scratch_path("ids.json"), npy = scratch_path("logits.npy");
   std::ofstream(ids_file) << nlohmann::json(ids).dump();
-  const CommandRun r = run("score --model " + kModel.string() + " --ids-json " + ids_file.string() + " --json --chunk 1 --logits-out " +
+  const CommandRun r = run_nibble("score --model " + kModel.string() + " --ids-json " + ids_file.string() + " --json --chunk 1 --logits-out " +
                     npy.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nibble::NpyArray logits = nibble::read_npy(npy);
@@ -105,17 +82,17 @@ TEST(ScoreCommand, LogitsAndLogProbsMatchTheGoldenLogits) {
 }
 
 TEST(CommandErrors, MissingModelFilesFailWithAMessage) {
-  CommandRun r = run("generate --model /nonexistent/model --prompt hi");
+  CommandRun r = run_nibble("generate --model /nonexistent/model --prompt hi");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
-  const fs::path dir = scratch("partial_model");
+  const fs::path dir = scratch_path("partial_model");
   fs::create_directories(dir);
   fs::copy_file(kModel / "config.json", dir / "config.json");
-  r = run("score --model " + dir.string() + " --text hi");
+  r = run_nibble("score --model " + dir.string() + " --text hi");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("safetensors"), std::string::npos) << r.err;
   fs::copy_file(kModel / "model.safetensors", dir / "model.safetensors");
-  r = run("generate --model " + dir.string() + " --prompt hi");  // no tokenizer.json
+  r = run_nibble("generate --model " + dir.string() + " --prompt hi");  // no tokenizer.json
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
   fs::remove_all(dir);
@@ -124,30 +101,30 @@ TEST(CommandErrors, MissingModelFilesFailWithAMessage) {
 TEST(CommandErrors, PromptLongerThanTheContext) {
   std::string prompt;
   for (int i = 0; i < 600; ++i) prompt += "ball ";  // > 512 tokens
-  CommandRun r = run("generate --model " + kModel.string() + " --prompt " + shell_quoted(prompt));
+  CommandRun r = run_nibble("generate --model " + kModel.string() + " --prompt " + shell_quoted(prompt));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("longer than the model's context of 512"), std::string::npos) << r.err;
-  r = run("score --model " + kModel.string() + " --text " + shell_quoted(prompt));
+  r = run_nibble("score --model " + kModel.string() + " --text " + shell_quoted(prompt));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("context of 512"), std::string::npos) << r.err;
 }
 
 TEST(CommandErrors, EmptyInputs) {
   // generate: "" is the BOS token alone for this tokenizer (llama2.c's empty-prompt case).
-  CommandRun r = run("generate --model " + kModel.string() + " --prompt '' --max-tokens 5");
+  CommandRun r = run_nibble("generate --model " + kModel.string() + " --prompt '' --max-tokens 5");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "Once upon a time,\n");
   // score: an empty id list is an error.
-  const fs::path ids_file = scratch("empty.json");
+  const fs::path ids_file = scratch_path("empty.json");
   std::ofstream(ids_file) << "[]";
-  r = run("score --model " + kModel.string() + " --ids-json " + ids_file.string());
+  r = run_nibble("score --model " + kModel.string() + " --ids-json " + ids_file.string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("nothing to score"), std::string::npos) << r.err;
   fs::remove(ids_file);
-  r = run("generate --model " + kModel.string() + " --prompt hi --kv-dtype nvfp4");  // head_dim 8
+  r = run_nibble("generate --model " + kModel.string() + " --prompt hi --kv-dtype nvfp4");  // head_dim 8
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("nvfp4"), std::string::npos) << r.err;
-  r = run("generate --model " + kModel.string() + " --prompt hi --top-p 0");
+  r = run_nibble("generate --model " + kModel.string() + " --prompt hi --top-p 0");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("top-p"), std::string::npos) << r.err;
 }

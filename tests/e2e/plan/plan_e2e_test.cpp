@@ -1,50 +1,21 @@
 // Runs the nibble binary as a user would and checks what it prints and how it exits.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
+
+#include "e2e/support/nibble_command.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using Result = nibble::test::CommandRun;
 
 std::string data(const std::string& name) { return std::string(NIBBLE_SOURCE_DIR) + "/tests/data/configs/" + name; }
 
-Result run_plan(const std::string& args) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("nibble_plan_e2e_" + std::to_string(::getpid()) + "_" +
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  std::filesystem::create_directories(dir);
-  const std::string cmd = std::string("'") + NIBBLE_BINARY + "' plan " + args + " >'" + (dir / "out").string() +
-                          "' 2>'" + (dir / "err").string() + "'";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  std::filesystem::remove_all(dir);
-  return r;
-}
+Result run_plan(const std::string& args) { return nibble::test::run_nibble("plan " + args); }
 
 TEST(PlanE2E, BuiltinDefaultShowsTheWorkedExample) {
   const Result r = run_plan("");

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "engine/engine.h"
 #include "runtime/session.h"
@@ -245,6 +248,67 @@ TEST(Engine, RejectsWhatCannotRun) {
   EXPECT_EQ(reason(bad), static_cast<int>(RejectReason::kInvalid));
   engine->shutdown(0ms);
   EXPECT_EQ(reason(greedy({1}, 1)), static_cast<int>(RejectReason::kShuttingDown));
+}
+
+
+TEST(Engine, ShutdownWithGraceFinishesEveryAcceptedRequest) {
+  // Two run, four wait: the queued ones are admitted and finish during the grace too.
+  auto engine = make_engine({.num_pages = 64, .max_running = 2});
+  const GoldenCase c = golden_cases()[1];
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) streams.push_back(engine->submit(greedy(c.prompt, 40)));
+  engine->shutdown(60s);
+  for (auto& stream : streams) {
+    const Collected got = collect(*stream);
+    EXPECT_EQ(got.finish, FinishReason::kLength);
+    EXPECT_EQ(got.tokens, std::vector<int32_t>(c.generated.begin(), c.generated.begin() + 40));
+  }
+  EXPECT_EQ(engine->metrics().requests_finished, 6);
+}
+
+TEST(Engine, ShutdownAfterTheGraceCancelsAndEveryStreamEnds) {
+  // Submitted from several threads while shutdown() runs: every request submit() accepted gets a
+  // last event (finished or cancelled), every other one was refused with kShuttingDown.
+  for (int round = 0; round < 5; ++round) {
+    auto engine = make_engine({.num_pages = 256, .max_running = 4});
+    std::mutex mutex;
+    std::vector<std::shared_ptr<RequestStream>> accepted;
+    std::atomic<int> refused{0};
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 4; ++t) {
+      clients.emplace_back([&] {
+        for (int i = 0; i < 20; ++i) {
+          try {
+            auto stream = engine->submit(greedy({1, 403}, 300));
+            std::lock_guard lock(mutex);
+            accepted.push_back(std::move(stream));
+          } catch (const RequestRejected& e) {
+            EXPECT_EQ(e.reason(), RejectReason::kShuttingDown) << e.what();
+            ++refused;
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(round));
+    engine->shutdown(0ms);
+    for (std::thread& t : clients) t.join();
+    int cancelled = 0;
+    for (auto& stream : accepted) {
+      const std::optional<EngineEvent> last = [&]() -> std::optional<EngineEvent> {
+        while (auto event = stream->next(0ms)) {
+          if (event->finish != FinishReason::kNone) return event;
+        }
+        return std::nullopt;  // nothing more queued: no last event
+      }();
+      ASSERT_TRUE(last.has_value()) << "request " << stream->id() << " never ended (round " << round << ")";
+      EXPECT_TRUE(last->finish == FinishReason::kLength || last->finish == FinishReason::kCancelled);
+      cancelled += last->finish == FinishReason::kCancelled ? 1 : 0;
+    }
+    EXPECT_EQ(static_cast<int>(accepted.size()) + refused, 80);
+    const EngineMetrics m = engine->metrics();
+    EXPECT_EQ(m.requests_cancelled, cancelled);
+    EXPECT_EQ(m.kv_pages_requests, 0);
+  }
 }
 
 }  // namespace

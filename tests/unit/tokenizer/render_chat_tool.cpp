@@ -1,11 +1,13 @@
 // tokenizer_render_chat: nibble's side of the chat-template comparison with @huggingface/jinja
 // (tests/reference/render_chat.mjs has the same contract).
 // usage: tokenizer_render_chat TEMPLATE_SOURCE [EXTRA_JSON] < contexts.jsonl > rendered.jsonl
+// TEMPLATE_SOURCE "-": each line is {"template": SOURCE, "context": {...}} (the feature cases).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -19,21 +21,28 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string path = argv[1];
-    std::ifstream in(path, std::ios::binary);
-    NIBBLE_CHECK(in.good(), "cannot open {}", path);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    std::string source = buffer.str();
-    if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0)
-      source = nlohmann::json::parse(source).at("chat_template").get<std::string>();
+    const bool inline_templates = path == "-";
+    std::optional<nibble::ChatTemplate> shared;
+    if (!inline_templates) {
+      std::ifstream in(path, std::ios::binary);
+      NIBBLE_CHECK(in.good(), "cannot open {}", path);
+      std::stringstream buffer;
+      buffer << in.rdbuf();
+      std::string source = buffer.str();
+      if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0)
+        source = nlohmann::json::parse(source).at("chat_template").get<std::string>();
+      shared = nibble::ChatTemplate::parse(source);
+    }
     const nlohmann::json extra = nlohmann::json::parse(argc > 2 ? argv[2] : "{}");
-    const nibble::ChatTemplate tmpl = nibble::ChatTemplate::parse(source);
     std::string line;
     while (std::getline(std::cin, line)) {
       if (line.empty()) continue;
-      nlohmann::json context = nlohmann::json::parse(line);
+      const nlohmann::json input = nlohmann::json::parse(line);
+      nlohmann::json context = inline_templates ? input.value("context", nlohmann::json::object()) : input;
       context.update(extra);
-      try {
+      try {  // a parse error of an inline template counts as an error line, as in render_chat.mjs
+        const nibble::ChatTemplate tmpl =
+            inline_templates ? nibble::ChatTemplate::parse(input.at("template").get<std::string>()) : *shared;
         fmt::print("{}\n", nlohmann::json(tmpl.render(context)).dump());
       } catch (const nibble::Error&) {
         fmt::print("{}\n", R"({"error":true})");

@@ -68,6 +68,44 @@ TEST(Jinja, ErrorsNameTheProblem) {
   EXPECT_THROW(render("{{ 1 + 'a' }}"), nibble::Error);
 }
 
+// Filters and tests that @huggingface/jinja 0.5.11 lacks (so tokenizer_jinja_features cannot compare
+// them): expected values follow Jinja2's documented behaviour. Llama 3.1's real template uses
+// reject('equalto', ...) for builtin_tools.
+TEST(Jinja, SelectRejectAndMapByFilterFollowJinja2) {
+  const nlohmann::json ctx = {{"tools", {"brave_search", "code_interpreter", "wolfram_alpha"}}, {"xs", {1, 2, 3, 4}}};
+  EXPECT_EQ(render("{{ tools | reject('equalto', 'code_interpreter') | join(', ') }}", ctx), "brave_search, wolfram_alpha");
+  EXPECT_EQ(render("{{ xs | select('odd') | join }}|{{ xs | reject('odd') | join }}", ctx), "13|24");
+  EXPECT_EQ(render("{{ xs | select('gt', 2) | join }}|{{ [0, 1, '', 'a', none] | select | list | length }}", ctx), "34|2");
+  EXPECT_EQ(render("{{ tools | map('upper') | first }}|{{ ['a b', 'c'] | map('replace', ' ', '_') | join(',') }}", ctx),
+            "BRAVE_SEARCH|a_b,c");
+  EXPECT_EQ(render("{{ xs | select('in', [2, 3, 9]) | join }}{{ 'T' if 2 is in xs else 'F' }}", ctx), "23T");
+  EXPECT_EQ(render("{{ xs | select('divisibleby', 2) | join }}", ctx), "24");
+}
+
+TEST(Jinja, Jinja2BehaviourBeyondTheReference) {
+  // Python's str.strip(chars) honours its argument (the JS reference ignores it).
+  EXPECT_EQ(render("{{ 'xxhixx'.strip('x') }}|{{ '--a--' | trim('-') }}"), "hi|a");
+  // Booleans and None print as Python does.
+  EXPECT_EQ(render("{{ 1 in [1] }}{{ none }}"), "TrueNone");
+  EXPECT_EQ(render("{% for x in 'abc' %}{{ loop.cycle('o', 'e') }}{% endfor %}"), "oeo");
+  EXPECT_EQ(render("{{ ', '.join(['a', 'b']) }}{{ 'hELLO' | capitalize }}"), "a, bHello");
+  EXPECT_EQ(render("{{ 'a\nb\n\nc' | indent(2) }}|{{ 'a\nb' | indent(2, true) }}|{{ 'a\n\nb' | indent(1, blank=true) }}"),
+            "a\n  b\n\n  c|  a\n  b|a\n \n b");
+  EXPECT_EQ(render("{{ {'b': 1, 'a': {'d': 2, 'c': 'é'}} | tojson(sort_keys=true, ensure_ascii=true) }}"),
+            R"({"a": {"c": "\u00e9", "d": 2}, "b": 1})");
+  EXPECT_EQ(render("{{ ['B', 'a', 'b'] | unique | join }}{{ ['B', 'a', 'b'] | unique(case_sensitive=true) | join }}"),
+            "BaBab");
+  EXPECT_EQ(render("{% set ns = namespace({'k': 1}, j=2) %}{{ ns.k }}{{ ns.j }}"), "12");
+}
+
+TEST(Jinja, RuntimeErrorsNameTheProblem) {
+  EXPECT_THROW(render("{{ x.y.z }}"), nibble::Error);  // attribute of an undefined value
+  EXPECT_THROW(render("{{ 'a'.startswith(1) }}"), nibble::Error);
+  EXPECT_THROW(render("{% set a, b = [1] %}"), nibble::Error);
+  EXPECT_THROW(render("{{ [1] | map }}"), nibble::Error);
+  EXPECT_THROW(render("{{ 1 | tojson(indent='x') }}"), nibble::Error);
+}
+
 }  // namespace
 
 namespace {

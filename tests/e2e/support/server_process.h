@@ -1,7 +1,8 @@
 #pragma once
 // A `nibble serve` child process for the HTTP tests: started on 127.0.0.1 with --port 0 (the kernel
-// picks a free port, read back from the start-up log line), always killed and reaped by the
-// destructor so no test leaves a server running.
+// picks a free port, read back from the start-up log line) and --threads 1, its stdout and stderr in
+// a log file; the destructor stops it (SIGTERM, SIGKILL after 10 s) and reaps it, so no test leaves
+// a server running.
 #include <sys/types.h>
 
 #include <chrono>
@@ -20,6 +21,7 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   int port() const { return port_; }
+  std::string base_url() const;  // "http://127.0.0.1:<port>"
   std::string log() const;  // the server's stderr so far
   void signal(int sig);
   // Waits for the process to exit; returns its wait status, or -1 on a timeout.

@@ -1,4 +1,4 @@
-#include "server_process.h"
+#include "e2e/support/server_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "e2e/support/nibble_command.h"
+
 namespace nibble::test {
 
 ServerProcess::ServerProcess(const std::vector<std::string>& extra_args, std::chrono::seconds startup) {
@@ -18,8 +20,8 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra_args, std::ch
   const int fd = mkstemp(path);
   if (fd < 0) throw std::runtime_error("mkstemp failed");
   log_path_ = path;
-  std::vector<std::string> args = {NIBBLE_BINARY_DIR "/apps/nibble/nibble", "serve", "--host", "127.0.0.1",
-                                   "--port", "0", "--threads", "1"};
+  std::vector<std::string> args = {nibble_binary().string(), "serve", "--host", "127.0.0.1", "--port", "0",
+                                   "--threads", "1"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   pid_ = fork();
   if (pid_ == 0) {
@@ -47,16 +49,26 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra_args, std::ch
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  throw std::runtime_error("nibble serve did not report a port: " + log());
+  const std::string text = log();
+  kill(pid_, SIGKILL);  // the destructor will not run for a constructor that throws
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  unlink(log_path_.c_str());
+  throw std::runtime_error("nibble serve did not report a port: " + text);
 }
 
 ServerProcess::~ServerProcess() {
   if (pid_ > 0) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    kill(pid_, SIGTERM);
+    if (wait_exit(std::chrono::seconds(10)) == -1 && pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
   }
   unlink(log_path_.c_str());
 }
+
+std::string ServerProcess::base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
 std::string ServerProcess::log() const {
   std::ifstream in(log_path_);

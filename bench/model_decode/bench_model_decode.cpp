@@ -1,0 +1,284 @@
+// Batch-1 decode of a Llama-3-8B-shaped model on the CUDA backend (bf16 weights): the whole
+// forward pass (model/transformer.cpp through runtime::run_forward_step, as the engine runs it),
+// one token per step, with the KV cache at a given context.
+//
+//   geometry   32 layers, hidden 4096, 32 q / 8 KV heads, head_dim 128, intermediate 14336,
+//              vocab 128256 (Llama-3-8B), untied LM head;
+//   weights    random, uniform in ±0.03, generated on the host once as float32 and uploaded by the
+//              backend's own upload_matrix (rounded to bf16 on the device); every layer gets its own
+//              device copy, so each step reads all 15 GB of them. No checkpoint file;
+//   KV cache   a pool covering the context (zero pages: decode reads them as it would real ones);
+//              decoding starts at position context - 1 and advances one position per step;
+//   timing     wall clock per step (plan, launches or graph replay, logits copy: the latency a
+//              caller sees), median over --steps steps after 3 warm-up steps (eager, capture, replay);
+//   matmuls    each batch-1 matmul shape alone, small-batch GEMV (the default) against cuBLAS;
+//   roofline   the device's read bandwidth measured in the same run (read_bandwidth.cu); the
+//              weight-read limit = bytes of weights read per token / bandwidth (the LM head
+//              included, the embedding table not: decode reads one row of it), and the weights+KV
+//              limit adds the KV bytes the step reads (context × bytes per token of all layers).
+//
+//   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "common/error.h"
+#include "config/model_config.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+#include "runtime/forward_step.h"
+
+namespace nibble::bench {
+
+double measure_read_bandwidth(int64_t bytes, int passes);  // read_bandwidth.cu
+
+namespace {
+
+struct Args {
+  int64_t layers = 32;
+  std::vector<int64_t> contexts{1024, 32768};
+  std::vector<quant::KvDtype> kv{quant::KvDtype::kBF16, quant::KvDtype::kNVFP4};
+  int steps = 48;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= s.size()) {
+    const size_t end = std::min(s.find(',', begin), s.size());
+    if (end > begin) out.push_back(s.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      NIBBLE_CHECK(i + 1 < argc, "{} needs a value", arg);
+      return argv[++i];
+    };
+    if (arg == "--layers") {
+      a.layers = std::stoll(value());
+    } else if (arg == "--contexts") {
+      a.contexts.clear();
+      for (const std::string& c : split(value())) a.contexts.push_back(std::stoll(c));
+    } else if (arg == "--kv") {
+      a.kv.clear();
+      for (const std::string& k : split(value())) a.kv.push_back(quant::parse_kv_dtype(k));
+    } else if (arg == "--steps") {
+      a.steps = std::stoi(value());
+    } else {
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N)", arg);
+    }
+  }
+  NIBBLE_CHECK(a.layers > 0 && a.steps > 0 && !a.contexts.empty() && !a.kv.empty(), "bad arguments");
+  return a;
+}
+
+config::ModelConfig llama3_8b(int64_t layers) {
+  config::ModelConfig c;
+  c.architecture = config::Architecture::kLlama;
+  c.model_type = "llama";
+  c.vocab_size = 128256;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_layers = layers;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.max_position_embeddings = 131072;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 500000.0;
+  c.layer_kinds.assign(static_cast<size_t>(layers), config::LayerKind::kFullAttention);
+  return c;
+}
+
+// Host float32 values: uniform in ±0.03 from a per-thread splitmix stream.
+std::unique_ptr<float[]> random_floats(int64_t n) {
+  auto out = std::make_unique<float[]>(static_cast<size_t>(n));
+  const int threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      uint64_t state = 0x9E3779B97F4A7C15ull * (t + 1);
+      for (int64_t i = t; i < n; i += threads) {
+        state += 0x9E3779B97F4A7C15ull;
+        uint64_t z = state;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        out[i] = (static_cast<float>(z >> 40) * (1.0f / 16777216.0f) - 0.5f) * 0.06f;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  return out;
+}
+
+model::WeightTensor tensor(const char* name, std::vector<int64_t> shape, const float* data) {
+  model::WeightTensor w;
+  w.name = name;
+  w.dtype = model::Dtype::kF32;
+  w.shape = std::move(shape);
+  w.f32 = data;
+  return w;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  const Args args = parse_args(argc, argv);
+  std::string command = "bench_model_decode";
+  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+  const config::ModelConfig cfg = llama3_8b(args.layers);
+  const int64_t h = cfg.hidden_size, inter = cfg.intermediate_size, d = cfg.head_dim;
+  const int64_t qw = cfg.num_heads * d, kvw = cfg.num_kv_heads * d, vocab = cfg.vocab_size;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  // One random buffer as large as the largest matrix; every matrix takes a prefix of it (values
+  // repeat across layers, the device copies do not).
+  const std::unique_ptr<float[]> values = random_floats(vocab * h);
+  std::vector<float> ones(static_cast<size_t>(std::max(h, inter)), 1.0f);
+  model::ModelWeights weights;
+  weights.embed = tensor("embed", {vocab, h}, values.get());
+  weights.lm_head = tensor("lm_head", {vocab, h}, values.get());
+  weights.final_norm = tensor("final_norm", {h}, ones.data());
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    model::LayerWeights lw;
+    lw.attn_norm = tensor("attn_norm", {h}, ones.data());
+    lw.wq = tensor("wq", {qw, h}, values.get());
+    lw.wk = tensor("wk", {kvw, h}, values.get());
+    lw.wv = tensor("wv", {kvw, h}, values.get());
+    lw.wo = tensor("wo", {h, qw}, values.get());
+    lw.mlp_norm = tensor("mlp_norm", {h}, ones.data());
+    lw.w_gate = tensor("w_gate", {inter, h}, values.get());
+    lw.w_up = tensor("w_up", {inter, h}, values.get());
+    lw.w_down = tensor("w_down", {h, inter}, values.get());
+    weights.layers.push_back(std::move(lw));
+  }
+  std::unique_ptr<backend::Backend> be =
+      backend::make_backend({.device = "cuda", .weights = backend::WeightPrecision::kBF16, .cuda_graphs = true});
+  auto& cuda = dynamic_cast<backend::CudaBackend&>(*be);
+  model::Transformer tf(cfg, weights, *be);
+  const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Bytes of weights one decode step reads: every layer matrix and the LM head in bf16, the f32 norms.
+  const int64_t layer_matrix = qw * h + 2 * kvw * h + h * qw + 3 * inter * h;
+  const double weight_bytes = static_cast<double>((layer_matrix * cfg.num_layers + vocab * h) * 2 +
+                                                  (2 * h * cfg.num_layers + h) * 4);
+  const double bandwidth = measure_read_bandwidth(int64_t{4} << 30, 10);
+  std::printf("# %s\n# model: Llama-3-8B shape, %lld layers, bf16 weights %.2f GB read per token; setup %.1f s\n",
+              command.c_str(), static_cast<long long>(cfg.num_layers), weight_bytes * 1e-9, setup_s);
+  std::printf("# measured read bandwidth: %.0f GB/s (4 GiB buffer) -> weight-read limit %.3f ms/token\n",
+              bandwidth * 1e-9, weight_bytes / bandwidth * 1e3);
+  // The matmuls of one decode token alone (batch 1): the small-batch GEMV (default) against cuBLAS.
+  {
+    std::printf("| matmul [n, k] (batch 1) | GEMV us | GEMV GB/s | cuBLAS us | cuBLAS GB/s |\n|---|---|---|---|---|\n");
+    const std::pair<int64_t, int64_t> shapes[] = {{kvw, h}, {qw, h}, {inter, h}, {h, inter}, {vocab, h}};
+    auto x_buf = be->allocate(inter * 4), out_buf = be->allocate(vocab * 4);
+    cudaEvent_t begin, end;
+    cudaEventCreate(&begin);
+    cudaEventCreate(&end);
+    for (const auto& [n, k] : shapes) {
+      std::unique_ptr<backend::Buffer> owner;
+      const backend::Matrix w = be->upload_matrix(values.get(), n, k, owner);
+      double us[2];
+      for (const bool small : {true, false}) {
+        cuda.set_small_matmul(small);
+        std::vector<double> t;
+        for (int rep = 0; rep < 21; ++rep) {
+          cudaEventRecord(begin, cuda.stream());
+          be->matmul({x_buf->floats(), 1, k}, w, {}, {out_buf->floats(), 1, n});
+          cudaEventRecord(end, cuda.stream());
+          cudaEventSynchronize(end);
+          float ms = 0;
+          cudaEventElapsedTime(&ms, begin, end);
+          if (rep > 0) t.push_back(ms * 1e3);
+        }
+        us[small ? 0 : 1] = median(t);
+      }
+      cuda.set_small_matmul(true);
+      const double gb = static_cast<double>(n * k * 2) * 1e-9;
+      std::printf("| [%lld, %lld] | %.1f | %.0f | %.1f | %.0f |\n", static_cast<long long>(n), static_cast<long long>(k),
+                  us[0], gb / (us[0] * 1e-6), us[1], gb / (us[1] * 1e-6));
+    }
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+  }
+  std::printf("| KV | context | CUDA graph | ms/token | tokens/s | weight-read limit ms | of limit | weights+KV "
+              "limit ms | of limit |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::fflush(stdout);
+
+  for (const quant::KvDtype kv : args.kv) {
+    for (const int64_t context : args.contexts) {
+      const int64_t page_size = 16;
+      const int64_t pages_needed = (context + args.steps + 8 + page_size - 1) / page_size;
+      cache::KvPool pool =
+          runtime::make_kv_pool(tf, {.kv_dtype = kv, .page_size = page_size, .num_pages = pages_needed});
+      std::vector<int32_t> pages(static_cast<size_t>(pages_needed));
+      std::iota(pages.begin(), pages.end(), 0);
+      const double kv_bytes_per_token = static_cast<double>(pool.layout().page_bytes()) / page_size;
+      for (const int mode : {0, 1, 2}) {  // graph + GEMV, eager + GEMV, graph + cuBLAS
+        const bool graphs = mode != 1;
+        cuda.set_graphs_enabled(graphs);
+        cuda.set_small_matmul(mode != 2);
+        std::vector<double> times;
+        for (int step = 0; step < args.steps + 3; ++step) {
+          const int64_t position = context - 1 + step;
+          const int32_t token = static_cast<int32_t>(1000 + step);
+          const backend::SequenceStep s{
+              .first_position = position,
+              .tokens = {&token, 1},
+              .pages = {pages.data(), static_cast<size_t>((position + 1 + page_size - 1) / page_size)}};
+          const auto begin = std::chrono::steady_clock::now();
+          const std::vector<float> logits = runtime::run_forward_step(tf, pool, quant::Rotation::kNone, {&s, 1});
+          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+          NIBBLE_CHECK(static_cast<int64_t>(logits.size()) == vocab, "expected {} logits, got {}", vocab, logits.size());
+          if (step >= 3) times.push_back(seconds);
+        }
+        const double t = median(times);
+        const double weight_limit = weight_bytes / bandwidth;
+        const double total_limit = (weight_bytes + kv_bytes_per_token * static_cast<double>(context)) / bandwidth;
+        std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),
+                    static_cast<long long>(context), mode == 0 ? "on" : (mode == 1 ? "off" : "on, cuBLAS matmuls"), t * 1e3, 1.0 / t, weight_limit * 1e3,
+                    100.0 * weight_limit / t, total_limit * 1e3, 100.0 * total_limit / t);
+        std::fflush(stdout);
+      }
+    }
+  }
+  const backend::GraphStats& st = cuda.graph_stats();
+  std::printf("# graph stats: captures %lld, replays %lld, mismatches %lld, eager steps %lld\n",
+              static_cast<long long>(st.captures), static_cast<long long>(st.replays),
+              static_cast<long long>(st.mismatches), static_cast<long long>(st.eager_steps));
+  return 0;
+}
+
+}  // namespace nibble::bench
+
+int main(int argc, char** argv) {
+  try {
+    return nibble::bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_model_decode: %s\n", e.what());
+    return 1;
+  }
+}

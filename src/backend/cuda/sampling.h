@@ -1,0 +1,54 @@
+#pragma once
+// Sampling on the GPU (the seam's Backend::sample): one thread block per logits row; only the
+// chosen ids and their logprobs are copied back to the host.
+//
+//   greedy   (temperature 0 or top_k 1) the largest logit, the lowest id on ties: a block arg-max
+//            whose ties resolve to the lower index, so it equals sampling::greedy exactly.
+//   random   e_i = exp((l_i - max) / temperature) in f32 (e_max = 1), and the fixed-point masses
+//            q_i = floor(e_i · 2^40) (integer sums: the same bits every run). kept = the `keep` most
+//            probable tokens, lower ids first on equal e, keep = min(K, P, M) with
+//              K = top_k (or vocab),  M = #{e_i >= min_p},
+//              P = the shortest most-probable-first prefix with mass >= top_p · Σq,
+//            each found by an 8-bit radix select over the bits of e (4 passes, shared histograms).
+//            The draw: u = philox_uniform(seed, draw), target = floor(u · Σ_kept q), and the token is
+//            the kept one where the cumulative kept mass, in id order, first exceeds target.
+//
+// Reproducible: a request's draws depend only on (logits, seed, draw); they do not reproduce the
+// CPU Sampler's mt19937 stream (a different generator), and the filtered probabilities are f32
+// here versus f64 on the CPU, so the allowed set can differ only for a token whose cumulative mass
+// sits within rounding of the top_p / min_p boundary.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+
+#include "backend/backend.h"
+#include "backend/cuda/sampling_kernel.h"
+
+namespace nibble::cuda {
+
+// Device buffers of sample(), grown as needed and reused (stream-ordered).
+class SamplingWorkspace {
+ public:
+  SamplingWorkspace() = default;
+  ~SamplingWorkspace();
+  SamplingWorkspace(const SamplingWorkspace&) = delete;
+  SamplingWorkspace& operator=(const SamplingWorkspace&) = delete;
+  void reserve(int64_t rows, cudaStream_t stream);
+  void release();  // frees both buffers (stream-ordered); the owner calls it before destroying the stream
+  DeviceSampleRequest* requests() const { return requests_; }
+  DeviceSampleResult* results() const { return results_; }
+
+ private:
+  DeviceSampleRequest* requests_ = nullptr;  // [capacity_]
+  DeviceSampleResult* results_ = nullptr;    // [capacity_]
+  int64_t capacity_ = 0;
+  cudaStream_t stream_ = nullptr;
+};
+
+// The seam's sample(): validates (nibble::Error naming the parameter), uploads the requests,
+// launches, copies the results back and waits for them.
+void sample_rows(backend::Tensor logits, std::span<const backend::SampleRequest> requests,
+                 std::span<backend::SampledToken> out, SamplingWorkspace& workspace, cudaStream_t stream);
+
+}  // namespace nibble::cuda
