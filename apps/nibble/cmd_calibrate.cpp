@@ -39,6 +39,7 @@ void run_calibrate(const CalibrateArgs& args) {
       runtime::load_model({.dir = args.model_dir,
                            .device = args.device,
                            .num_threads = args.threads,
+                           .progress = std::nullopt,
                            .weights = runtime::parse_weight_precision(args.weights)});
   const Tokenizer tokenizer = Tokenizer::load(args.model_dir);
   const auto documents =

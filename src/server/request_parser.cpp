@@ -271,7 +271,7 @@ PrepareResult prepare_request(const ParsedRequest& request, const Tokenizer& tok
       if (!tokenizer.has_chat_template()) {
         return invalid_param("messages", "this model has no chat template; use /v1/completions");
       }
-      const std::string text = tokenizer.apply_chat_template(request.messages);
+      const std::string text = tokenizer.apply_chat_template(nlohmann::ordered_json(request.messages));
       gen.prompt = tokenizer.encode(text, /*add_special=*/false);
       out.prompt_text = text;
     } else if (request.prompt_text) {

@@ -16,14 +16,14 @@ const ChatTemplate& Tokenizer::chat_template() const {
 }
 
 std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages, const ChatOptions& options) const {
-  nlohmann::json array = nlohmann::json::array();
+  nlohmann::ordered_json array = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) array.push_back({{"role", m.role}, {"content", m.content}});
   return apply_chat_template(array, options);
 }
 
-std::string Tokenizer::apply_chat_template(const nlohmann::json& messages, const ChatOptions& options) const {
+std::string Tokenizer::apply_chat_template(const nlohmann::ordered_json& messages, const ChatOptions& options) const {
   NIBBLE_CHECK(messages.is_array(), "chat messages must be a JSON array");
-  const nlohmann::json context = {{"messages", messages},
+  const nlohmann::ordered_json context = {{"messages", messages},
                                   {"add_generation_prompt", options.add_generation_prompt},
                                   {"bos_token", impl_->bos_token},
                                   {"eos_token", impl_->eos_token}};

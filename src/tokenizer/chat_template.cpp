@@ -18,6 +18,12 @@ ChatTemplate ChatTemplate::parse(std::string_view source) {
   return ChatTemplate(std::move(program));
 }
 
-std::string ChatTemplate::render(const nlohmann::json& context) const { return jinja::render(program_->body, context); }
+std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
+  return jinja::render(program_->body, context);
+}
+
+std::string ChatTemplate::render(const nlohmann::json& context) const {
+  return render(nlohmann::ordered_json(context));
+}
 
 }  // namespace nibble

@@ -60,8 +60,9 @@ class Tokenizer {
   const ChatTemplate& chat_template() const;             // throws nibble::Error when the model has none
   // Renders the model's chat template with messages, add_generation_prompt, bos_token, eos_token.
   std::string apply_chat_template(std::span<const ChatMessage> messages, const ChatOptions& options = {}) const;
-  // Same with messages as a JSON array of {"role", "content", ...} objects (richer messages).
-  std::string apply_chat_template(const nlohmann::json& messages, const ChatOptions& options = {}) const;
+  // Same with messages as a JSON array of {"role", "content", ...} objects (richer messages), key
+  // order kept.
+  std::string apply_chat_template(const nlohmann::ordered_json& messages, const ChatOptions& options = {}) const;
 
   struct Impl;
  private:
@@ -77,6 +78,9 @@ class ChatTemplate {
   static ChatTemplate parse(std::string_view source);
   // context: the template's variables, e.g. {"messages": [...], "add_generation_prompt": true,
   // "bos_token": "<s>"}. Throws nibble::Error for a runtime error, including raise_exception(msg).
+  // Objects keep their key order with ordered_json (as Python dicts do: `tools | tojson` shows it);
+  // an nlohmann::json context arrives key-sorted, because nlohmann::json stores objects sorted.
+  std::string render(const nlohmann::ordered_json& context) const;
   std::string render(const nlohmann::json& context) const;
 
   struct Program;

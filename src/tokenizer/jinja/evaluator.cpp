@@ -20,7 +20,7 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  explicit Renderer(const nlohmann::json& context) {
+  explicit Renderer(const nlohmann::ordered_json& context) {
     scopes_.emplace_back();
     Object globals;
     add_globals(globals);
@@ -343,6 +343,6 @@ class Renderer {
 
 }  // namespace
 
-std::string render(const Body& body, const nlohmann::json& context) { return Renderer(context).run(body); }
+std::string render(const Body& body, const nlohmann::ordered_json& context) { return Renderer(context).run(body); }
 
 }  // namespace nibble::jinja

@@ -9,6 +9,6 @@
 namespace nibble::jinja {
 
 // Throws nibble::Error "chat template line N: ..." on a runtime error (including raise_exception).
-std::string render(const Body& body, const nlohmann::json& context);
+std::string render(const Body& body, const nlohmann::ordered_json& context);
 
 }  // namespace nibble::jinja

@@ -15,20 +15,20 @@ Value Value::new_object() {
   return v;
 }
 
-Value Value::from_json(const nlohmann::json& json) {
+Value Value::from_json(const nlohmann::ordered_json& json) {
   switch (json.type()) {
-    case nlohmann::json::value_t::null: return none();
-    case nlohmann::json::value_t::boolean: return from(json.get<bool>());
-    case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: return from(json.get<int64_t>());
-    case nlohmann::json::value_t::number_float: return from(json.get<double>());
-    case nlohmann::json::value_t::string: return from(json.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case nlohmann::ordered_json::value_t::null: return none();
+    case nlohmann::ordered_json::value_t::boolean: return from(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned: return from(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float: return from(json.get<double>());
+    case nlohmann::ordered_json::value_t::string: return from(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
       Array a;
       for (const auto& item : json) a.push_back(from_json(item));
       return from(std::move(a));
     }
-    case nlohmann::json::value_t::object: {
+    case nlohmann::ordered_json::value_t::object: {
       Value v = new_object();
       for (const auto& [k, item] : json.items()) v.object->set(k, from_json(item));
       return v;

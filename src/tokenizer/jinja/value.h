@@ -38,7 +38,8 @@ struct Value {
   static Value from(Array a) { Value v = make(Kind::kArray); v.array = std::make_shared<Array>(std::move(a)); return v; }
   static Value from(Function f) { Value v = make(Kind::kCallable); v.callable = std::make_shared<Function>(std::move(f)); return v; }
   static Value new_object();
-  static Value from_json(const nlohmann::json& json);
+  // JSON objects keep their key order (ordered_json), as Python dicts do; tojson and items() show it.
+  static Value from_json(const nlohmann::ordered_json& json);
 
   bool is_undefined() const { return kind == Kind::kUndefined; }
   bool is_none() const { return kind == Kind::kNone; }

@@ -33,12 +33,14 @@ int main(int argc, char** argv) {
         source = nlohmann::json::parse(source).at("chat_template").get<std::string>();
       shared = nibble::ChatTemplate::parse(source);
     }
-    const nlohmann::json extra = nlohmann::json::parse(argc > 2 ? argv[2] : "{}");
+    // ordered_json: objects keep their key order, as in the reference and in Python.
+    const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(argc > 2 ? argv[2] : "{}");
     std::string line;
     while (std::getline(std::cin, line)) {
       if (line.empty()) continue;
-      const nlohmann::json input = nlohmann::json::parse(line);
-      nlohmann::json context = inline_templates ? input.value("context", nlohmann::json::object()) : input;
+      const nlohmann::ordered_json input = nlohmann::ordered_json::parse(line);
+      nlohmann::ordered_json context =
+          inline_templates ? input.value("context", nlohmann::ordered_json::object()) : input;
       context.update(extra);
       try {  // a parse error of an inline template counts as an error line, as in render_chat.mjs
         const nibble::ChatTemplate tmpl =
