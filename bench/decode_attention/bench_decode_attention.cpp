@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "device_mem.h"
 #include "backend/cuda/decode_attention.h"
 #include "backend/cuda/kv_write.h"
 #include "cache/page_layout.h"
@@ -70,17 +71,7 @@ Device query_device() {
   return d;
 }
 
-struct DeviceMem {
-  void* p = nullptr;
-  explicit DeviceMem(size_t bytes) { NIBBLE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~DeviceMem() { cudaFree(p); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
+using nibble::bench::DeviceMem;
 
 // Median seconds per call of fn(rep) over `samples` samples of `reps` calls each (after a warm-up).
 template <typename Fn>

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "device_mem.h"
 #include "backend/cuda/prefill_attention.h"
 #include "cache/page_layout.h"
 #include "quant/kv_format.h"
@@ -47,17 +48,7 @@ constexpr double kNominalPeakTflops = 989.0;  // H100/H200 SXM dense bf16, datas
     }                                                                                         \
   } while (0)
 
-struct DeviceMem {
-  void* p = nullptr;
-  explicit DeviceMem(size_t bytes) { NIBBLE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~DeviceMem() { cudaFree(p); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
+using nibble::bench::DeviceMem;
 
 // Median seconds per call of fn() over 11 samples of enough calls to last >= ~20 ms each.
 template <typename Fn>
