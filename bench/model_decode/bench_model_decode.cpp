@@ -11,13 +11,16 @@
 //              decoding starts at position context - 1 and advances one position per step;
 //   timing     wall clock per step (plan, launches or graph replay, logits copy: the latency a
 //              caller sees), median over --steps steps after 3 warm-up steps (eager, capture, replay);
-//   matmuls    each batch-1 matmul shape alone, small-batch GEMV (the default) against cuBLAS;
+//   modes      CUDA graph + GEMV (the default), eager, graph + cuBLAS, graph + GEMV without
+//              programmatic dependent launch (gemv.h);
+//   products   each batch-1 product alone (single and fused, L2 flushed before each), the GEMV
+//              (gemv.h, the default) against cuBLAS, in GB/s and as a fraction of the read bandwidth;
 //   roofline   the device's read bandwidth measured in the same run (read_bandwidth.cu); the
 //              weight-read limit = bytes of weights read per token / bandwidth (the LM head
 //              included, the embedding table not: decode reads one row of it), and the weights+KV
 //              limit adds the KV bytes the step reads (context × bytes per token of all layers).
 //
-//   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
+//   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48] [--no-products]
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -25,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -42,6 +46,7 @@
 namespace nibble::bench {
 
 double measure_read_bandwidth(int64_t bytes, int passes);  // read_bandwidth.cu
+void read_through(const void* buffer, int64_t bytes, uint32_t* sink, cudaStream_t stream);
 
 namespace {
 
@@ -50,6 +55,7 @@ struct Args {
   std::vector<int64_t> contexts{1024, 32768};
   std::vector<quant::KvDtype> kv{quant::KvDtype::kBF16, quant::KvDtype::kNVFP4};
   int steps = 48;
+  bool products = true;  // the per-product table (--no-products: only the decode steps, e.g. under ncu)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -81,8 +87,10 @@ Args parse_args(int argc, char** argv) {
       for (const std::string& k : split(value())) a.kv.push_back(quant::parse_kv_dtype(k));
     } else if (arg == "--steps") {
       a.steps = std::stoi(value());
+    } else if (arg == "--no-products") {
+      a.products = false;
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N)", arg);
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --no-products)", arg);
     }
   }
   NIBBLE_CHECK(a.layers > 0 && a.steps > 0 && !a.contexts.empty() && !a.kv.empty(), "bad arguments");
@@ -190,24 +198,75 @@ int run(int argc, char** argv) {
               command.c_str(), static_cast<long long>(cfg.num_layers), weight_bytes * 1e-9, setup_s);
   std::printf("# measured read bandwidth: %.0f GB/s (4 GiB buffer) -> weight-read limit %.3f ms/token\n",
               bandwidth * 1e-9, weight_bytes / bandwidth * 1e3);
-  // The matmuls of one decode token alone (batch 1): the small-batch GEMV (default) against cuBLAS.
-  {
-    std::printf("| matmul [n, k] (batch 1) | GEMV us | GEMV GB/s | cuBLAS us | cuBLAS GB/s |\n|---|---|---|---|---|\n");
-    const std::pair<int64_t, int64_t> shapes[] = {{kvw, h}, {qw, h}, {inter, h}, {h, inter}, {vocab, h}};
-    auto x_buf = be->allocate(inter * 4), out_buf = be->allocate(vocab * 4);
+  // The products of one decode token alone (batch 1), as the forward pass calls them (the fused ones
+  // too): the GEMV (gemv.h, the default) against cuBLAS (set_small_matmul(false): the fused products
+  // then run as their separate ops). L2 is flushed before each timed call (a 256 MiB read), so
+  // every call reads its weights from device memory; median of 20 calls, timed with events.
+  if (args.products) {
+    std::printf("| product (batch 1) | weights [n, k] | MB | GEMV us | GEMV GB/s | of read bw | cuBLAS us | cuBLAS GB/s "
+                "|\n|---|---|---|---|---|---|---|---|\n");
+    auto x_buf = be->allocate(inter * 4), out_buf = be->allocate(vocab * 4), res_buf = be->allocate(h * 4);
+    auto s1 = be->allocate(inter * 4), s2 = be->allocate(inter * 4), s3 = be->allocate(inter * 4);
+    auto flush = be->allocate(int64_t{256} << 20), sink = be->allocate(16);
+    std::vector<std::unique_ptr<backend::Buffer>> owners;
+    auto upload = [&](int64_t n, int64_t k) {
+      owners.emplace_back();
+      return be->upload_matrix(values.get(), n, k, owners.back());
+    };
+    const backend::Matrix wq = upload(qw, h), wk = upload(kvw, h), wv = upload(kvw, h), wo = upload(h, qw);
+    const backend::Matrix wg = upload(inter, h), wu = upload(inter, h), wd = upload(h, inter), lm = upload(vocab, h);
+    const backend::Tensor xh{x_buf->floats(), 1, h}, xi{x_buf->floats(), 1, inter}, res{res_buf->floats(), 1, h};
+    auto out = [&](int64_t n) { return backend::Tensor{out_buf->floats(), 1, n}; };
+    std::unique_ptr<backend::Buffer> gain_owner, normed = be->allocate(h * 4);
+    const backend::Backend::InputNorm norm{.weight = be->upload_vector(ones.data(), h, gain_owner), .eps = 1e-5f,
+                                           .normed = {normed->floats(), 1, h}};
+    struct Case {
+      const char* name;
+      int64_t n, k;  // weights read: n rows of k bf16
+      std::function<void()> call;
+    };
+    const Case cases[] = {
+        {"k or v", kvw, h, [&] { be->matmul(xh, wk, {}, out(kvw)); }},
+        {"q or o", qw, h, [&] { be->matmul(xh, wq, {}, out(qw)); }},
+        {"gate or up", inter, h, [&] { be->matmul(xh, wg, {}, out(inter)); }},
+        {"down", h, inter, [&] { be->matmul(xi, wd, {}, out(h)); }},
+        {"LM head", vocab, h, [&] { be->matmul(xh, lm, {}, out(vocab)); }},
+        {"RMSNorm + LM head", vocab, h,
+         [&] {
+           const backend::Vector no_bias{};
+           const backend::Tensor o = out(vocab);
+           be->matmul_shared_input(xh, &norm, std::span<const backend::Matrix>(&lm, 1),
+                                   std::span<const backend::Vector>(&no_bias, 1),
+                                   std::span<const backend::Tensor>(&o, 1));
+         }},
+        {"RMSNorm + q/k/v fused", qw + 2 * kvw, h,
+         [&] {
+           const backend::Matrix ws[] = {wq, wk, wv};
+           const backend::Vector bs[] = {{}, {}, {}};
+           const backend::Tensor os[] = {{s1->floats(), 1, qw}, {s2->floats(), 1, kvw}, {s3->floats(), 1, kvw}};
+           be->matmul_shared_input(xh, &norm, ws, bs, os);
+         }},
+        {"RMSNorm + gate/up + SwiGLU", 2 * inter, h,
+         [&] {
+           const backend::Tensor g{s1->floats(), 1, inter}, u{s2->floats(), 1, inter};
+           be->matmul_swiglu(xh, &norm, wg, wu, g, u, g);
+         }},
+        {"o + residual", h, qw, [&] { be->matmul_residual_add({x_buf->floats(), 1, qw}, wo, out(h), res); }},
+        {"down + residual", h, inter, [&] { be->matmul_residual_add(xi, wd, out(h), res); }},
+    };
     cudaEvent_t begin, end;
     cudaEventCreate(&begin);
     cudaEventCreate(&end);
-    for (const auto& [n, k] : shapes) {
-      std::unique_ptr<backend::Buffer> owner;
-      const backend::Matrix w = be->upload_matrix(values.get(), n, k, owner);
+    double fused_us = 0;
+    for (const Case& c : cases) {
       double us[2];
       for (const bool small : {true, false}) {
         cuda.set_small_matmul(small);
         std::vector<double> t;
         for (int rep = 0; rep < 21; ++rep) {
+          read_through(flush->data(), int64_t{256} << 20, static_cast<uint32_t*>(sink->data()), cuda.stream());
           cudaEventRecord(begin, cuda.stream());
-          be->matmul({x_buf->floats(), 1, k}, w, {}, {out_buf->floats(), 1, n});
+          c.call();
           cudaEventRecord(end, cuda.stream());
           cudaEventSynchronize(end);
           float ms = 0;
@@ -217,10 +276,16 @@ int run(int argc, char** argv) {
         us[small ? 0 : 1] = median(t);
       }
       cuda.set_small_matmul(true);
-      const double gb = static_cast<double>(n * k * 2) * 1e-9;
-      std::printf("| [%lld, %lld] | %.1f | %.0f | %.1f | %.0f |\n", static_cast<long long>(n), static_cast<long long>(k),
-                  us[0], gb / (us[0] * 1e-6), us[1], gb / (us[1] * 1e-6));
+      const double gb = static_cast<double>(c.n * c.k * 2) * 1e-9;
+      std::printf("| %s | [%lld, %lld] | %.1f | %.1f | %.0f | %.1f%% | %.1f | %.0f |\n", c.name,
+                  static_cast<long long>(c.n), static_cast<long long>(c.k), gb * 1e3, us[0], gb / (us[0] * 1e-6),
+                  100.0 * gb * 1e9 / (us[0] * 1e-6) / bandwidth, us[1], gb / (us[1] * 1e-6));
+      const std::string name = c.name;
+      if (name.find('+') != std::string::npos && name.find("LM") == std::string::npos) fused_us += us[0];
     }
+    std::printf("# one layer's products as the forward pass calls them (RMSNorm + q/k/v, o + residual, RMSNorm + "
+                "gate/up + SwiGLU, down + residual): %.1f us GEMV; at the read bandwidth %.1f us\n",
+                fused_us, static_cast<double>(layer_matrix * 2) / bandwidth * 1e6);
     cudaEventDestroy(begin);
     cudaEventDestroy(end);
   }
@@ -237,10 +302,12 @@ int run(int argc, char** argv) {
       std::vector<int32_t> pages(static_cast<size_t>(pages_needed));
       std::iota(pages.begin(), pages.end(), 0);
       const double kv_bytes_per_token = static_cast<double>(pool.layout().page_bytes()) / page_size;
-      for (const int mode : {0, 1, 2}) {  // graph + GEMV, eager + GEMV, graph + cuBLAS
+      // graph + GEMV, eager + GEMV, graph + cuBLAS, graph + GEMV without programmatic launch
+      for (const int mode : {0, 1, 2, 3}) {
         const bool graphs = mode != 1;
         cuda.set_graphs_enabled(graphs);
         cuda.set_small_matmul(mode != 2);
+        cuda.set_gemv_programmatic_launch(mode != 3);
         std::vector<double> times;
         for (int step = 0; step < args.steps + 3; ++step) {
           const int64_t position = context - 1 + step;
@@ -256,10 +323,11 @@ int run(int argc, char** argv) {
           if (step >= 3) times.push_back(seconds);
         }
         const double t = median(times);
+        const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL"};
         const double weight_limit = weight_bytes / bandwidth;
         const double total_limit = (weight_bytes + kv_bytes_per_token * static_cast<double>(context)) / bandwidth;
         std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),
-                    static_cast<long long>(context), mode == 0 ? "on" : (mode == 1 ? "off" : "on, cuBLAS matmuls"), t * 1e3, 1.0 / t, weight_limit * 1e3,
+                    static_cast<long long>(context), mode_names[mode], t * 1e3, 1.0 / t, weight_limit * 1e3,
                     100.0 * weight_limit / t, total_limit * 1e3, 100.0 * total_limit / t);
         std::fflush(stdout);
       }

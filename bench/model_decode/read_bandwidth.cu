@@ -26,6 +26,16 @@ __global__ void stream_read(const uint4* __restrict__ src, int64_t count, uint32
 
 }  // namespace
 
+// Reads `bytes` of `buffer` on `stream` (a kernel of one wave per SM), evicting what L2 held
+// before with clean lines (a memset would leave dirty ones, written back during the next timing).
+void read_through(const void* buffer, int64_t bytes, uint32_t* sink, cudaStream_t stream) {
+  int device = 0, sms = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  stream_read<<<sms * 4, 512, 0, stream>>>(static_cast<const uint4*>(buffer), bytes / 16, sink);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
 // Bytes per second reading a fresh `bytes`-byte device buffer (best of `passes` after one warm-up).
 double measure_read_bandwidth(int64_t bytes, int passes) {
   void* buffer = nullptr;

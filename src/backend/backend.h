@@ -18,6 +18,7 @@
 #include "backend/step_plan.h"
 #include "backend/tensor.h"
 #include "cache/page_layout.h"
+#include "common/error.h"
 #include "quant/kv_format.h"
 
 namespace nibble::backend {
@@ -129,6 +130,48 @@ class Backend {
   virtual void add(Tensor a, Tensor b, Tensor out) = 0;
   // out [num_logit_rows, cols] = x rows plan.logit_rows.
   virtual void gather_logit_rows(const PlannedStep& step, Tensor x, Tensor out) = 0;
+
+  // ---- fused products (a backend may do each in one pass; the defaults are the ops above, in
+  // this order, so a backend that keeps them computes bit for bit what the separate calls do) ----
+  // An RMSNorm applied to a product's input first: the product reads rms_norm(x, weight, eps).
+  // normed [rows, x.cols] is scratch: the default writes the normalized rows there and multiplies
+  // them; a backend that fuses the norm may leave it unwritten.
+  struct InputNorm {
+    Vector weight;
+    float eps = 0.0f;
+    Tensor normed;
+  };
+  // outs[i] = n(x) @ ws[i]^T (+ biases[i]) for products that share their input (q/k/v; or one
+  // product, the LM head), n = the norm when `norm`, else identity; equal span lengths.
+  virtual void matmul_shared_input(Tensor x, const InputNorm* norm, std::span<const Matrix> ws,
+                                   std::span<const Vector> biases, std::span<const Tensor> outs) {
+    NIBBLE_CHECK(ws.size() == biases.size() && ws.size() == outs.size(),
+                 "matmul_shared_input: {} matrices, {} biases, {} outputs", ws.size(), biases.size(), outs.size());
+    if (norm != nullptr) {
+      rms_norm(x, norm->weight, norm->eps, norm->normed);
+      x = norm->normed;
+    }
+    for (size_t i = 0; i < ws.size(); ++i) matmul(x, ws[i], biases[i], outs[i]);
+  }
+  // SwiGLU product: out = silu(n(x) @ w_gate^T) * (n(x) @ w_up^T), n as above. gate and up
+  // [rows, w_gate.out] are scratch the default writes (matmul into each, then silu_mul(gate, up,
+  // out)); out may alias gate.
+  virtual void matmul_swiglu(Tensor x, const InputNorm* norm, const Matrix& w_gate, const Matrix& w_up, Tensor gate,
+                             Tensor up, Tensor out) {
+    if (norm != nullptr) {
+      rms_norm(x, norm->weight, norm->eps, norm->normed);
+      x = norm->normed;
+    }
+    matmul(x, w_gate, {}, gate);
+    matmul(x, w_up, {}, up);
+    silu_mul(gate, up, out);
+  }
+  // Residual product: residual += x @ W^T. scratch [rows, w.out] is written by the default
+  // (matmul into it, then add(residual, scratch, residual)); x must not alias residual.
+  virtual void matmul_residual_add(Tensor x, const Matrix& w, Tensor scratch, Tensor residual) {
+    matmul(x, w, {}, scratch);
+    add(residual, scratch, residual);
+  }
 
   // ---- the KV cache and attention ---------------------------------------------------------------
   // Quantizes and stores the new tokens' K/V of full-attention layer `layer` (rotated first when

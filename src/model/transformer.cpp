@@ -216,10 +216,13 @@ backend::Tensor Transformer::forward_on_device(const backend::StepPlan& plan, co
   be.embedding(*step, embed_, x);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const LayerParams& p = layers_[layer];
-    be.rms_norm(x, p.attn_norm, eps, h);
-    be.matmul(h, p.wq, p.bq, q);
-    be.matmul(h, p.wk, p.bk, k);
-    be.matmul(h, p.wv, p.bv, v);
+    // q/k/v of rms_norm(x) (h: the norm's scratch), then x += attention @ wo^T, then
+    // x += (silu(n(x) @ gate^T) * (n(x) @ up^T)) @ down^T: four fused products per layer.
+    const backend::Backend::InputNorm attn_norm{.weight = p.attn_norm, .eps = eps, .normed = h};
+    const Matrix qkv_w[] = {p.wq, p.wk, p.wv};
+    const Vector qkv_b[] = {p.bq, p.bk, p.bv};
+    const Tensor qkv_out[] = {q, k, v};
+    be.matmul_shared_input(x, &attn_norm, qkv_w, qkv_b, qkv_out);
     if (config_.qk_norm) {
       be.rms_norm(q.reshaped(d), p.q_norm, eps, q.reshaped(d));
       be.rms_norm(k.reshaped(d), p.k_norm, eps, k.reshaped(d));
@@ -228,20 +231,18 @@ backend::Tensor Transformer::forward_on_device(const backend::StepPlan& plan, co
     if (kv_observer_) kv_observer_(layer, k, v);
     be.kv_write(*step, cache, layer, k, v);
     be.attention(*step, cache, layer, shape, q, k, v, attn);
-    be.matmul(attn, p.wo, {}, h);
-    be.add(x, h, x);
-    be.rms_norm(x, p.mlp_norm, eps, h);
-    be.matmul(h, p.w_gate, {}, gate);
-    be.matmul(h, p.w_up, {}, up);
-    be.silu_mul(gate, up, gate);
-    be.matmul(gate, p.w_down, {}, h);
-    be.add(x, h, x);
+    be.matmul_residual_add(attn, p.wo, h, x);  // h: scratch
+    const backend::Backend::InputNorm mlp_norm{.weight = p.mlp_norm, .eps = eps, .normed = h};
+    be.matmul_swiglu(x, &mlp_norm, p.w_gate, p.w_up, gate, up, gate);
+    be.matmul_residual_add(gate, p.w_down, h, x);
   }
   const Tensor last{a.logits_in->floats(), logit_rows, hidden};
   const Tensor out{a.logits->floats(), logit_rows, config_.vocab_size};
   be.gather_logit_rows(*step, x, last);
-  be.rms_norm(last, final_norm_, eps, last);
-  be.matmul(last, lm_head_, {}, out);
+  const backend::Backend::InputNorm norm{.weight = final_norm_, .eps = eps, .normed = last};  // in place
+  const Vector no_bias{};
+  be.matmul_shared_input(last, &norm, std::span<const Matrix>(&lm_head_, 1), std::span<const Vector>(&no_bias, 1),
+                         std::span<const Tensor>(&out, 1));
   return out;
 }
 

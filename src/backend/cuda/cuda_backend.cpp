@@ -11,6 +11,7 @@
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/decode_attention.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/generic_kv_write.h"
 #include "backend/cuda/kv_write.h"
 #include "backend/cuda/prefill_attention.h"
@@ -65,6 +66,13 @@ bool fused_kv_kernels_support(int64_t head_dim) { return head_dim == 64 || head_
 
 uint64_t sig_i(int64_t v) { return static_cast<uint64_t>(v); }
 uint64_t tsig(Tensor t) { return sig(t.data) ^ (sig_i(t.rows) << 1) ^ (sig_i(t.cols) << 33); }
+
+// One bf16 product as a GemvParams (gemv.h): out = x @ W^T (+ bias).
+cuda::GemvParams single_gemv(Tensor x, const Matrix& w, const Vector& bias, Tensor out) {
+  cuda::GemvParams p{.x = x.data, .rows = x.rows, .k = w.in_features, .segments = {}, .num_segments = 1};
+  p.segments[0] = {.w = static_cast<const uint16_t*>(w.data), .bias = bias.data, .out = out.data, .n = w.out_features};
+  return p;
+}
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
@@ -267,6 +275,10 @@ void CudaBackend::matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor o
                "matmul: [{}, {}] x [{}, {}]^T exceeds cuBLAS's int dimensions", x.rows, x.cols, w.out_features,
                w.in_features);
   if (x.rows == 0) return;
+  if (const cuda::GemvParams gemv = single_gemv(x, w, bias, out); use_gemv(gemv)) {
+    record_gemv(gemv);  // decode batches: W streamed once, bias fused
+    return;
+  }
   if (weights_ == WeightPrecision::kBF16) reserve_bf16_scratch(x.numel());  // a no-op after plan() sized it
   recorder_.op({3, tsig(x), sig(w.data), sig_i(w.out_features), sig_i(w.in_features), sig(bias.data), tsig(out),
                 sig(bf16_scratch_)},
@@ -283,16 +295,6 @@ void CudaBackend::launch_matmul(Tensor x, const Matrix& w, const Vector& bias, T
     NIBBLE_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, CUDA_R_32F, k, x.data,
                                      CUDA_R_32F, k, &beta, out.data, CUDA_R_32F, m, CUBLAS_COMPUTE_32F_PEDANTIC,
                                      CUBLAS_GEMM_DEFAULT));
-  } else if (const cuda::SmallMatmulParams small{.x = x.data,
-                                                 .w = static_cast<const uint16_t*>(w.data),
-                                                 .bias = bias.data,
-                                                 .out = out.data,
-                                                 .rows = x.rows,
-                                                 .n = w.out_features,
-                                                 .k = w.in_features};
-             small_matmul_ && cuda::small_matmul_supports(small)) {
-    cuda::small_matmul_bf16(small, stream_);  // decode batches: W streamed once, bias fused
-    return;
   } else {
     cuda::convert_f32_to_bf16({.x = x.data, .out = static_cast<uint16_t*>(bf16_scratch_), .n = x.numel()}, stream_);
     NIBBLE_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, CUDA_R_16BF, k,
@@ -302,6 +304,80 @@ void CudaBackend::launch_matmul(Tensor x, const Matrix& w, const Vector& bias, T
   if (bias.data != nullptr) {
     cuda::bias_add({.x = out.data, .bias = bias.data, .rows = out.rows, .cols = out.cols}, stream_);
   }
+}
+
+bool CudaBackend::use_gemv(const cuda::GemvParams& p) const {
+  return weights_ == WeightPrecision::kBF16 && small_matmul_ && cuda::gemv_supports(p);
+}
+
+void CudaBackend::record_gemv(cuda::GemvParams p) {
+  p.programmatic_launch = gemv_programmatic_;
+  const cuda::GemvSegment* g = p.segments;
+  recorder_.op({15, sig(p.x), sig_i(p.rows), sig_i(p.k), sig(g[0].w), sig(g[0].bias), sig(g[0].out), sig_i(g[0].n),
+                sig(g[1].w), sig(g[1].bias), sig(g[1].out), sig_i(g[1].n), sig(g[2].w), sig(g[2].bias), sig(g[2].out),
+                sig_i(g[2].n), sig_i(p.num_segments), sig_i(static_cast<int64_t>(p.epilogue)), sig(p.residual),
+                sig_i(p.programmatic_launch), sig(p.norm_weight), sig(p.norm_eps)},
+               [this, p] { cuda::gemv_bf16(p, stream_); });
+}
+
+// The fused norm's checks (backend.h InputNorm) and its fields of a GemvParams.
+void CudaBackend::apply_input_norm(const char* op, Tensor x, const InputNorm* norm, cuda::GemvParams& p) {
+  if (norm == nullptr) return;
+  NIBBLE_CHECK(norm->weight.size == x.cols, "{}: norm weight has {} elements, rows have {}", op, norm->weight.size,
+               x.cols);
+  check_same_shape(op, x, norm->normed);
+  p.norm_weight = norm->weight.data;
+  p.norm_eps = norm->eps;
+}
+
+void CudaBackend::matmul_shared_input(Tensor x, const InputNorm* norm, std::span<const Matrix> ws,
+                                      std::span<const Vector> biases, std::span<const Tensor> outs) {
+  NIBBLE_CHECK(ws.size() == biases.size() && ws.size() == outs.size(),
+               "matmul_shared_input: {} matrices, {} biases, {} outputs", ws.size(), biases.size(), outs.size());
+  for (size_t i = 0; i < ws.size(); ++i) validate_matmul(x, ws[i], biases[i], outs[i]);
+  cuda::GemvParams p{.x = x.data, .rows = x.rows, .k = x.cols, .segments = {}};
+  apply_input_norm("matmul_shared_input", x, norm, p);
+  p.num_segments = static_cast<int>(std::min<size_t>(ws.size(), cuda::kGemvMaxSegments + 1));
+  for (size_t i = 0; i < ws.size() && i < static_cast<size_t>(cuda::kGemvMaxSegments); ++i) {
+    p.segments[i] = {.w = static_cast<const uint16_t*>(ws[i].data), .bias = biases[i].data, .out = outs[i].data,
+                     .n = ws[i].out_features};
+  }
+  if (x.rows == 0 || ws.empty() || !use_gemv(p)) {  // more products than the kernel takes, or no GEMV
+    Backend::matmul_shared_input(x, norm, ws, biases, outs);
+    return;
+  }
+  record_gemv(p);
+}
+
+void CudaBackend::matmul_swiglu(Tensor x, const InputNorm* norm, const Matrix& w_gate, const Matrix& w_up,
+                                Tensor gate, Tensor up, Tensor out) {
+  validate_matmul(x, w_gate, {}, gate);
+  validate_matmul(x, w_up, {}, up);
+  check_same_shape("matmul_swiglu", gate, out);
+  cuda::GemvParams p{.x = x.data, .rows = x.rows, .k = x.cols, .segments = {}, .num_segments = 2,
+                     .epilogue = cuda::GemvEpilogue::kSwiGlu};
+  p.segments[0] = {.w = static_cast<const uint16_t*>(w_gate.data), .out = out.data, .n = w_gate.out_features};
+  p.segments[1] = {.w = static_cast<const uint16_t*>(w_up.data), .n = w_up.out_features};
+  apply_input_norm("matmul_swiglu", x, norm, p);
+  if (x.rows == 0 || !use_gemv(p)) {
+    Backend::matmul_swiglu(x, norm, w_gate, w_up, gate, up, out);
+    return;
+  }
+  record_gemv(p);
+}
+
+void CudaBackend::matmul_residual_add(Tensor x, const Matrix& w, Tensor scratch, Tensor residual) {
+  validate_matmul(x, w, {}, scratch);
+  check_same_shape("matmul_residual_add", scratch, residual);
+  NIBBLE_CHECK(x.data != residual.data, "matmul_residual_add: x must not alias the residual");
+  cuda::GemvParams p{
+      .x = x.data, .rows = x.rows, .k = x.cols, .segments = {}, .num_segments = 1, .residual = residual.data};
+  p.segments[0] = {.w = static_cast<const uint16_t*>(w.data), .out = residual.data, .n = w.out_features};
+  if (x.rows == 0 || !use_gemv(p)) {
+    Backend::matmul_residual_add(x, w, scratch, residual);
+    return;
+  }
+  record_gemv(p);
 }
 
 void CudaBackend::rope(const PlannedStep& step, Tensor q, Tensor k, int64_t head_dim, const Vector& inv_freq) {

@@ -8,7 +8,10 @@
 //               kF32: copied as they are. Vectors stay f32;
 //   matmul      cuBLAS, f32 output (+ a bias kernel). kBF16: the f32 activation rows are rounded to
 //               bf16, then cublasGemmEx with f32 accumulation; 1..8 rows (decode) instead go through
-//               small_matmul_bf16 (elementwise.h: the same roundings, another summation order).
+//               gemv_bf16 (gemv.h: the same roundings, another summation order), which also does the
+//               fused products in one launch each (q/k/v and gate/up + SwiGLU with their input
+//               RMSNorm, the LM head with the final norm, o and down with the residual add); other
+//               shapes run the seam's default (the separate ops).
 //               kF32: cublasGemmEx on the f32 rows with CUBLAS_COMPUTE_32F_PEDANTIC (f32 products and
 //               sums, never TF32);
 //   small ops   elementwise.h;
@@ -35,6 +38,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/cuda_step.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/sampling.h"
 
 namespace nibble::backend {
@@ -70,6 +74,11 @@ class CudaBackend final : public Backend {
   void silu_mul(Tensor gate, Tensor up, Tensor out) override;
   void add(Tensor a, Tensor b, Tensor out) override;
   void gather_logit_rows(const PlannedStep& step, Tensor x, Tensor out) override;
+  void matmul_shared_input(Tensor x, const InputNorm* norm, std::span<const Matrix> ws, std::span<const Vector> biases,
+                           std::span<const Tensor> outs) override;
+  void matmul_swiglu(Tensor x, const InputNorm* norm, const Matrix& w_gate, const Matrix& w_up, Tensor gate, Tensor up,
+                     Tensor out) override;
+  void matmul_residual_add(Tensor x, const Matrix& w, Tensor scratch, Tensor residual) override;
 
   void kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor k, Tensor v) override;
   void attention(const PlannedStep& step, const KvCacheView& cache, int64_t layer, const AttentionShape& shape,
@@ -80,8 +89,11 @@ class CudaBackend final : public Backend {
   bool graphs_enabled() const { return graphs_enabled_; }
   // Turns decode-step graphs on or off from the next plan() (benchmarks compare both on one model).
   void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
-  // bf16 matmuls of 1..8 rows through elementwise.h's small_matmul_bf16 (default) or cuBLAS.
+  // bf16 matmuls of 1..8 rows through gemv.h's gemv_bf16 (default, fused products too) or cuBLAS
+  // (the fused products then run as the separate ops).
   void set_small_matmul(bool on) { small_matmul_ = on; }
+  // GEMV launches with programmatic dependent launch (gemv.h; default on).
+  void set_gemv_programmatic_launch(bool on) { gemv_programmatic_ = on; }
   const GraphStats& graph_stats() const { return graph_stats_; }
   // Waits for all queued work.
   void synchronize();
@@ -90,6 +102,12 @@ class CudaBackend final : public Backend {
   // Grows the bf16 scratch that matmul converts its activations into (stream-ordered).
   void reserve_bf16_scratch(int64_t elements);
   void launch_matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out);
+  // Whether a product runs on gemv_bf16 (bf16 weights, GEMV on, a shape it takes).
+  bool use_gemv(const cuda::GemvParams& p) const;
+  // Records (or launches) one gemv_bf16 call; its signature covers every field of p.
+  void record_gemv(cuda::GemvParams p);
+  // Checks a fused product's InputNorm (when not null) and sets p's norm fields.
+  static void apply_input_norm(const char* op, Tensor x, const InputNorm* norm, cuda::GemvParams& p);
   // Ends a graph section (cuda_graph.h) before a call that cannot be captured.
   void end_graph_section();
   // Whether prefill sequences run on the tensor-core prefill_attention (the rule in the file comment).
@@ -105,6 +123,7 @@ class CudaBackend final : public Backend {
   void* blas_workspace_ = nullptr;      // cuBLAS's workspace (cublasSetWorkspace), fixed for graph capture
   bool graphs_enabled_ = true;
   bool small_matmul_ = true;
+  bool gemv_programmatic_ = true;
   std::optional<AttentionGeometry> geometry_;  // declared by prepare_attention()
   GraphCache graphs_;
   GraphRecorder recorder_;

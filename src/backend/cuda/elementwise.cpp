@@ -15,7 +15,6 @@ void launch_add(const AddParams& p, cudaStream_t stream);
 void launch_bias_add(const BiasAddParams& p, cudaStream_t stream);
 void launch_gather_rows(const RowCopyParams& p, cudaStream_t stream);
 void launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream);
-void launch_small_matmul_bf16(const SmallMatmulParams& p, cudaStream_t stream);
 }  // namespace detail
 
 namespace {
@@ -103,24 +102,6 @@ void scatter_rows(const RowCopyParams& p, cudaStream_t stream) {
   if (p.count == 0) return;
   NIBBLE_CHECK(p.x && p.out && p.index, "scatter_rows: a device pointer is null");
   detail::launch_scatter_rows(p, stream);
-}
-
-bool small_matmul_supports(const SmallMatmulParams& p) {
-  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return p.rows >= 1 && p.rows <= kSmallMatmulMaxRows && p.k > 0 && p.k % 8 == 0 && p.n > 0 && aligned(p.x) &&
-         aligned(p.w);
-}
-
-void small_matmul_bf16(const SmallMatmulParams& p, cudaStream_t stream) {
-  NIBBLE_CHECK(p.x && p.w && p.out, "small_matmul_bf16: a device pointer is null (x {}, w {}, out {})", p.x != nullptr,
-               p.w != nullptr, p.out != nullptr);
-  NIBBLE_CHECK(small_matmul_supports(p),
-               "small_matmul_bf16: needs 1..{} rows (got {}), k a multiple of 8 (got {}), n > 0 (got {}) and 16-byte "
-               "aligned x and W",
-               kSmallMatmulMaxRows, p.rows, p.k, p.n);
-  NIBBLE_CHECK(p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31), "small_matmul_bf16: [{}, {}] too large", p.n,
-               p.k);
-  detail::launch_small_matmul_bf16(p, stream);
 }
 
 }  // namespace nibble::cuda

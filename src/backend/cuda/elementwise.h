@@ -99,25 +99,4 @@ struct RowCopyParams {
 void gather_rows(const RowCopyParams& p, cudaStream_t stream);
 void scatter_rows(const RowCopyParams& p, cudaStream_t stream);
 
-// Small-batch matmul with bf16 weights (decode): out [rows, n] = bf16(x) [rows, k] · W^T (+ bias),
-// W [n, k] bf16 bits, x f32 rounded to bf16 on load (quant::bf16_from_f32, as the cuBLAS path rounds
-// it), products exact in f32, f32 sums (another order than cuBLAS). W streams in 16-byte loads: a
-// block of 256 threads takes 4 rows of W with the k axis split across its threads,
-// 4 k-steps (16 loads) in flight per thread, partial sums added in a fixed order; x stays in L1/L2.
-// It needs no bf16 copy of x (one launch per matmul, not two).
-// Preconditions (small_matmul_supports): 1 <= rows <= kSmallMatmulMaxRows, k % 8 == 0, x and W
-// 16-byte aligned.
-inline constexpr int64_t kSmallMatmulMaxRows = 8;
-struct SmallMatmulParams {
-  const float* x = nullptr;      // [rows, k]
-  const uint16_t* w = nullptr;   // [n, k] bf16
-  const float* bias = nullptr;   // [n] or null
-  float* out = nullptr;          // [rows, n]
-  int64_t rows = 0;
-  int64_t n = 0;
-  int64_t k = 0;
-};
-bool small_matmul_supports(const SmallMatmulParams& p);
-void small_matmul_bf16(const SmallMatmulParams& p, cudaStream_t stream);
-
 }  // namespace nibble::cuda

@@ -1,8 +1,11 @@
 // Every dense and element-wise op of the CUDA backend against the CPU backend on the same random
 // inputs, through the seam. Tolerances, per op:
 //   matmul      CUDA rounds W and x to bf16 and accumulates in f32. Against the CPU on the same
-//               bf16-rounded inputs: 1e-4 of the output scale (summation order only); against the
-//               CPU on the original f32 inputs: 1e-2 (bf16's 2^-9 relative rounding, accumulated).
+//               bf16-rounded inputs: 1e-4 of the output scale (summation order only; the decode
+//               GEMV and its fused products too); against the CPU on the original f32 inputs: 1e-2
+//               (bf16's 2^-9 relative rounding, accumulated). The fused products equal the CUDA
+//               backend's separate ops bit for bit (the fused input norm too: its sums follow
+//               elementwise.cu's rms_norm order).
 //   embedding   exact: the CPU row rounded to bf16.
 //   rms_norm    1e-5 relative (f32 vs f64 sum of squares); rope 1e-5 absolute (sincosf vs libm);
 //   silu_mul    1e-6 relative; add, gather_logit_rows exact.
@@ -109,6 +112,216 @@ TEST_F(CudaOps, MatmulRejectsShapeMismatch) {
   auto gx = upload(*gpu, random_floats(2 * 12, rng), 2, 12);
   auto gout = upload(*gpu, std::vector<float>(2 * 8), 2, 8);
   EXPECT_THROW(gpu->matmul(gx.view, gw, {}, gout.view), Error);
+}
+
+// The decode GEMV (gemv.h) at every batch size it takes, on shapes whose k is not a multiple of the
+// kernel's 256-chunk batches (k = 2056: 257 chunks of 8) and whose n is not a multiple of its warps.
+TEST_F(CudaOps, GemvMatchesCpuForRows1To8) {
+  const int64_t out = 517, in = 2056;
+  const std::vector<float> w = random_floats(out * in, rng, 0.05f), bias = random_floats(out, rng);
+  std::unique_ptr<Buffer> w_owner, b_owner;
+  const Matrix gw = gpu->upload_matrix(w.data(), out, in, w_owner);
+  const Vector gb = gpu->upload_vector(bias.data(), out, b_owner);
+  std::unique_ptr<Buffer> unused;
+  const std::vector<float> w_rounded = round_bf16(w);
+  const Matrix cw = cpu.upload_matrix(w_rounded.data(), out, in, unused);
+  for (int64_t rows = 1; rows <= 8; ++rows) {
+    const std::vector<float> x = random_floats(rows * in, rng);
+    auto gx = upload(*gpu, x, rows, in);
+    auto gout = upload(*gpu, std::vector<float>(rows * out, NAN), rows, out);
+    gpu->matmul(gx.view, gw, gb, gout.view);
+    const std::vector<float> got = download(*gpu, gout.view);
+    std::vector<float> want(rows * out);
+    const std::vector<float> x_rounded = round_bf16(x);
+    cpu.matmul({const_cast<float*>(x_rounded.data()), rows, in}, cw, {const_cast<float*>(bias.data()), out},
+               {want.data(), rows, out});
+    EXPECT_LE(test::relative_max_error(got, want), 1e-4) << rows << " rows";
+  }
+}
+
+// The fused products against the CPU backend's (the seam's defaults: the separate ops) on
+// bf16-rounded inputs, and bit for bit against the CUDA backend's own separate ops (the GEMV sums
+// in the same order fused or not). Batch 1 and 5; q/k/v widths not multiples of 16.
+TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
+  const int64_t hidden = 1032, qw = 200, kvw = 72, inter = 2056;
+  auto host_matrix = [&](int64_t out, int64_t in) { return round_bf16(random_floats(out * in, rng, 0.05f)); };
+  const std::vector<float> wq = host_matrix(qw, hidden), wk = host_matrix(kvw, hidden), wv = host_matrix(kvw, hidden);
+  const std::vector<float> wg = host_matrix(inter, hidden), wu = host_matrix(inter, hidden);
+  const std::vector<float> wd = host_matrix(hidden, inter);
+  const std::vector<float> bq = random_floats(qw, rng), bk = random_floats(kvw, rng), bv = random_floats(kvw, rng);
+  std::vector<std::unique_ptr<Buffer>> owners(16);
+  int next = 0;
+  auto matrices = [&](const std::vector<float>& host, int64_t out, int64_t in) {
+    return std::pair{gpu->upload_matrix(host.data(), out, in, owners[next++]),
+                     cpu.upload_matrix(host.data(), out, in, owners[next++])};
+  };
+  const auto [gq, cq] = matrices(wq, qw, hidden);
+  const auto [gk, ck] = matrices(wk, kvw, hidden);
+  const auto [gv, cv] = matrices(wv, kvw, hidden);
+  const auto [gg, cg] = matrices(wg, inter, hidden);
+  const auto [gu, cu] = matrices(wu, inter, hidden);
+  const auto [gd, cd] = matrices(wd, hidden, inter);
+  const Vector gbq = gpu->upload_vector(bq.data(), qw, owners[next++]);
+  const Vector gbk = gpu->upload_vector(bk.data(), kvw, owners[next++]);
+  const Vector gbv = gpu->upload_vector(bv.data(), kvw, owners[next++]);
+  const Vector cbq{const_cast<float*>(bq.data()), qw}, cbk{const_cast<float*>(bk.data()), kvw},
+      cbv{const_cast<float*>(bv.data()), kvw};
+
+  for (const int64_t rows : {1, 5}) {
+    const std::vector<float> x = round_bf16(random_floats(rows * hidden, rng));
+    const std::vector<float> act = round_bf16(random_floats(rows * inter, rng));
+    const std::vector<float> residual = random_floats(rows * hidden, rng);
+    auto gx = upload(*gpu, x, rows, hidden);
+    auto gact = upload(*gpu, act, rows, inter);
+    Tensor cx{const_cast<float*>(x.data()), rows, hidden}, cact{const_cast<float*>(act.data()), rows, inter};
+
+    // q/k/v in one call, against the CPU and against three CUDA matmuls.
+    {
+      auto oq = upload(*gpu, std::vector<float>(rows * qw, NAN), rows, qw);
+      auto ok = upload(*gpu, std::vector<float>(rows * kvw, NAN), rows, kvw);
+      auto ov = upload(*gpu, std::vector<float>(rows * kvw, NAN), rows, kvw);
+      const Matrix gws[] = {gq, gk, gv};
+      const Vector gbs[] = {gbq, gbk, gbv};
+      const Tensor gouts[] = {oq.view, ok.view, ov.view};
+      gpu->matmul_shared_input(gx.view, nullptr, gws, gbs, gouts);
+      std::vector<float> cq_out(rows * qw), ck_out(rows * kvw), cv_out(rows * kvw);
+      const Matrix cws[] = {cq, ck, cv};
+      const Vector cbs[] = {cbq, cbk, cbv};
+      const Tensor couts[] = {{cq_out.data(), rows, qw}, {ck_out.data(), rows, kvw}, {cv_out.data(), rows, kvw}};
+      cpu.matmul_shared_input(cx, nullptr, cws, cbs, couts);
+      const std::vector<float> got_q = download(*gpu, oq.view), got_k = download(*gpu, ok.view),
+                               got_v = download(*gpu, ov.view);
+      EXPECT_LE(test::relative_max_error(got_q, cq_out), 1e-4) << rows;
+      EXPECT_LE(test::relative_max_error(got_k, ck_out), 1e-4) << rows;
+      EXPECT_LE(test::relative_max_error(got_v, cv_out), 1e-4) << rows;
+      auto sq = upload(*gpu, std::vector<float>(rows * qw, NAN), rows, qw);
+      auto sv = upload(*gpu, std::vector<float>(rows * kvw, NAN), rows, kvw);
+      gpu->matmul(gx.view, gq, gbq, sq.view);
+      gpu->matmul(gx.view, gv, gbv, sv.view);
+      EXPECT_EQ(download(*gpu, sq.view), got_q) << rows;
+      EXPECT_EQ(download(*gpu, sv.view), got_v) << rows;
+    }
+    // gate/up with SwiGLU in one call.
+    {
+      auto gate = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+      auto up = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+      auto fused = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+      gpu->matmul_swiglu(gx.view, nullptr, gg, gu, gate.view, up.view, fused.view);
+      const std::vector<float> got = download(*gpu, fused.view);
+      std::vector<float> c_gate(rows * inter), c_up(rows * inter);
+      const Tensor cgate{c_gate.data(), rows, inter}, cup{c_up.data(), rows, inter};
+      cpu.matmul_swiglu(cx, nullptr, cg, cu, cgate, cup, cgate);
+      EXPECT_LE(test::relative_max_error(got, c_gate), 1e-4) << rows;
+      gpu->matmul(gx.view, gg, {}, gate.view);
+      gpu->matmul(gx.view, gu, {}, up.view);
+      gpu->silu_mul(gate.view, up.view, gate.view);
+      EXPECT_EQ(download(*gpu, gate.view), got) << rows;
+    }
+    // residual += act @ W_down^T in one call.
+    {
+      auto res = upload(*gpu, residual, rows, hidden);
+      auto scratch = upload(*gpu, std::vector<float>(rows * hidden, NAN), rows, hidden);
+      gpu->matmul_residual_add(gact.view, gd, scratch.view, res.view);
+      const std::vector<float> got = download(*gpu, res.view);
+      std::vector<float> c_res = residual, c_scratch(rows * hidden);
+      cpu.matmul_residual_add(cact, cd, {c_scratch.data(), rows, hidden}, {c_res.data(), rows, hidden});
+      EXPECT_LE(test::relative_max_error(got, c_res), 1e-4) << rows;
+      auto sep = upload(*gpu, residual, rows, hidden);
+      gpu->matmul(gact.view, gd, {}, scratch.view);
+      gpu->add(sep.view, scratch.view, sep.view);
+      EXPECT_EQ(download(*gpu, sep.view), got) << rows;
+    }
+  }
+}
+
+// The fused input RMSNorm (q/k/v and gate/up of rms_norm(x), as the forward pass calls them) for a
+// narrow (<= 1024 columns: one warp per row) and a wide hidden size: against the CPU's rms_norm then
+// products (1e-2: the CPU multiplies the f32 normalized rows, the GPU their bf16 rounding), and
+// against the CUDA backend's own rms_norm then products: bit for bit (the same sums in the same
+// order).
+TEST_F(CudaOps, FusedInputNormMatchesRmsNormThenProducts) {
+  for (const int64_t hidden : {520, 1032}) {
+    const int64_t qw = 136, kvw = 40, inter = 264;
+    const std::vector<float> wq = round_bf16(random_floats(qw * hidden, rng, 0.05f));
+    const std::vector<float> wk = round_bf16(random_floats(kvw * hidden, rng, 0.05f));
+    const std::vector<float> wg = round_bf16(random_floats(inter * hidden, rng, 0.05f));
+    const std::vector<float> wu = round_bf16(random_floats(inter * hidden, rng, 0.05f));
+    std::vector<float> gain = random_floats(hidden, rng, 0.5f);
+    for (float& g : gain) g += 1.0f;
+    std::vector<std::unique_ptr<Buffer>> owners(9);
+    const Matrix gq = gpu->upload_matrix(wq.data(), qw, hidden, owners[0]);
+    const Matrix gk = gpu->upload_matrix(wk.data(), kvw, hidden, owners[1]);
+    const Matrix gg = gpu->upload_matrix(wg.data(), inter, hidden, owners[2]);
+    const Matrix gu = gpu->upload_matrix(wu.data(), inter, hidden, owners[3]);
+    const Matrix cq = cpu.upload_matrix(wq.data(), qw, hidden, owners[4]);
+    const Matrix ck = cpu.upload_matrix(wk.data(), kvw, hidden, owners[5]);
+    const Matrix cg = cpu.upload_matrix(wg.data(), inter, hidden, owners[6]);
+    const Matrix cu = cpu.upload_matrix(wu.data(), inter, hidden, owners[7]);
+    const Vector ggain = gpu->upload_vector(gain.data(), hidden, owners[8]);
+    const float eps = 1e-5f;
+    for (const int64_t rows : {1, 3}) {
+      const std::vector<float> x = random_floats(rows * hidden, rng);
+      auto gx = upload(*gpu, x, rows, hidden);
+      auto gh = upload(*gpu, std::vector<float>(rows * hidden, NAN), rows, hidden);
+      auto oq = upload(*gpu, std::vector<float>(rows * qw, NAN), rows, qw);
+      auto ok = upload(*gpu, std::vector<float>(rows * kvw, NAN), rows, kvw);
+      auto gate = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+      auto up = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+      const Backend::InputNorm gnorm{.weight = ggain, .eps = eps, .normed = gh.view};
+      const Matrix gws[] = {gq, gk};
+      const Vector no_bias[] = {{}, {}};
+      const Tensor gouts[] = {oq.view, ok.view};
+      gpu->matmul_shared_input(gx.view, &gnorm, gws, no_bias, gouts);
+      gpu->matmul_swiglu(gx.view, &gnorm, gg, gu, gate.view, up.view, gate.view);
+      const std::vector<float> got_q = download(*gpu, oq.view), got_k = download(*gpu, ok.view),
+                               got_s = download(*gpu, gate.view);
+
+      // The CPU backend: the seam's defaults (rms_norm into h, then the separate products).
+      std::vector<float> ch(rows * hidden), c_q(rows * qw), c_k(rows * kvw), c_g(rows * inter), c_u(rows * inter);
+      const Backend::InputNorm cnorm{.weight = {gain.data(), hidden}, .eps = eps, .normed = {ch.data(), rows, hidden}};
+      const Matrix cws[] = {cq, ck};
+      const Tensor couts[] = {{c_q.data(), rows, qw}, {c_k.data(), rows, kvw}};
+      const Tensor cx{const_cast<float*>(x.data()), rows, hidden};
+      cpu.matmul_shared_input(cx, &cnorm, cws, no_bias, couts);
+      cpu.matmul_swiglu(cx, &cnorm, cg, cu, {c_g.data(), rows, inter}, {c_u.data(), rows, inter},
+                        {c_g.data(), rows, inter});
+      EXPECT_LE(test::relative_max_error(got_q, c_q), 1e-2) << hidden << " x " << rows;
+      EXPECT_LE(test::relative_max_error(got_k, c_k), 1e-2) << hidden << " x " << rows;
+      EXPECT_LE(test::relative_max_error(got_s, c_g), 1e-2) << hidden << " x " << rows;
+
+      // The CUDA backend's separate ops.
+      auto sq = upload(*gpu, std::vector<float>(rows * qw, NAN), rows, qw);
+      gpu->rms_norm(gx.view, ggain, eps, gh.view);
+      gpu->matmul(gh.view, gq, {}, sq.view);
+      gpu->matmul(gh.view, gg, {}, gate.view);
+      gpu->matmul(gh.view, gu, {}, up.view);
+      gpu->silu_mul(gate.view, up.view, gate.view);
+      const std::vector<float> sep_q = download(*gpu, sq.view), sep_s = download(*gpu, gate.view);
+      EXPECT_EQ(got_q, sep_q) << hidden << " x " << rows;
+      EXPECT_EQ(got_s, sep_s) << hidden << " x " << rows;
+    }
+  }
+}
+
+// Past the GEMV's batch sizes (prefill rows) the fused products run as the separate cuBLAS ops.
+TEST_F(CudaOps, FusedProductsFallBackBeyondGemvRows) {
+  const int64_t rows = 20, hidden = 64, inter = 96;
+  const std::vector<float> x = round_bf16(random_floats(rows * hidden, rng));
+  const std::vector<float> wg = round_bf16(random_floats(inter * hidden, rng, 0.2f));
+  const std::vector<float> wu = round_bf16(random_floats(inter * hidden, rng, 0.2f));
+  std::unique_ptr<Buffer> o1, o2, o3, o4;
+  const Matrix gg = gpu->upload_matrix(wg.data(), inter, hidden, o1);
+  const Matrix gu = gpu->upload_matrix(wu.data(), inter, hidden, o2);
+  const Matrix cg = cpu.upload_matrix(wg.data(), inter, hidden, o3);
+  const Matrix cu = cpu.upload_matrix(wu.data(), inter, hidden, o4);
+  auto gx = upload(*gpu, x, rows, hidden);
+  auto gate = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+  auto up = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+  gpu->matmul_swiglu(gx.view, nullptr, gg, gu, gate.view, up.view, gate.view);
+  std::vector<float> c_gate(rows * inter), c_up(rows * inter);
+  cpu.matmul_swiglu({const_cast<float*>(x.data()), rows, hidden}, nullptr, cg, cu, {c_gate.data(), rows, inter},
+                    {c_up.data(), rows, inter}, {c_gate.data(), rows, inter});
+  EXPECT_LE(test::relative_max_error(download(*gpu, gate.view), c_gate), 1e-4);
 }
 
 TEST_F(CudaOps, EmbeddingIsTheBf16RoundedRow) {

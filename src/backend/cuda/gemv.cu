@@ -1,0 +1,326 @@
+// The kernel of gemv.h. One template instance per (activation rows, epilogue).
+//
+// Work: "items" are W rows (kStore: the segments' rows end to end; kSwiGlu: row i of gate together
+// with row i of up). Warp g of G takes items g, g + G, ...; within an item its 32 lanes take the
+// 16-byte chunks c = lane + 32·j of the k axis, kU chunks per lane per batch (per matrix). A warp's
+// (item, batch) sequence is software-pipelined: batch t + 1's loads are issued before batch t is
+// used, also across items, so every warp keeps one to two batches of loads in flight
+// (2·kU·16·kMats bytes per lane) and the reduction of one item overlaps the loads of the next.
+// Sums: per lane in k order, then a butterfly over the warp (fixed order: deterministic).
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
+#include "quant/bf16.h"
+
+namespace nibble::cuda::detail {
+
+int gemv_max_smem_bytes();
+
+namespace {
+
+constexpr int kWarps = 16;
+constexpr int64_t kWideRow = 1024;  // elementwise.cu's rms_norm: one block per row above this width
+constexpr int kThreads = kWarps * 32;
+
+// An L2 policy that evicts the lines it is used on first.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// A 16-byte weight load that skips L1 and is evicted first from L2 (each weight byte is read once).
+__device__ __forceinline__ uint4 load_weights(const uint4* p, uint64_t policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+
+
+// 8 bf16 (one 16-byte chunk, element 0 in the low half of .x) -> f32, exactly.
+__device__ __forceinline__ void unpack_bf16x8(const uint4 v, float (&f)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+  }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(quant::bf16_from_f32(lo)) | (static_cast<uint32_t>(quant::bf16_from_f32(hi)) << 16);
+}
+
+// The segment of kStore item `item`, and the item's row within it.
+struct SegmentRow {
+  const uint16_t* w;
+  const float* bias;
+  float* out;
+  int64_t n;
+  int64_t row;
+};
+__device__ __forceinline__ SegmentRow segment_row(const GemvParams& p, int64_t item) {
+  const int64_t n0 = p.segments[0].n, n1 = p.segments[1].n;
+  if (item < n0) return {p.segments[0].w, p.segments[0].bias, p.segments[0].out, n0, item};
+  if (item < n0 + n1) return {p.segments[1].w, p.segments[1].bias, p.segments[1].out, n1, item - n0};
+  return {p.segments[2].w, p.segments[2].bias, p.segments[2].out, p.segments[2].n, item - n0 - n1};
+}
+
+template <int kRows, GemvEpilogue kEpi>
+struct Config {
+  static constexpr int kMats = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // W rows per item
+  // Chunks per lane per batch: two batches' buffers (2·kU·kMats·4 registers) must fit beside the sums.
+  static constexpr int kU = kMats * kRows == 1 ? 8 : (kMats * kRows <= 8 ? 4 : 2);
+};
+
+template <int kRows, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
+  using C = Config<kRows, kEpi>;
+  constexpr int kMats = C::kMats, kU = C::kU;
+  extern __shared__ uint4 xs[];  // [kRows][chunks] bf16(x), 8 values per entry
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t k = p.k;
+  const int64_t chunks = k / 8;
+  const int batches = static_cast<int>((chunks + kU * 32 - 1) / (kU * 32));
+  const int64_t items = kEpi == GemvEpilogue::kSwiGlu
+                            ? p.segments[0].n
+                            : p.segments[0].n + p.segments[1].n + p.segments[2].n;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  const uint64_t policy = evict_first_policy();
+
+  // Issues batch b of item `item` into buf (the chunks past the row's end are not loaded).
+  auto issue = [&](uint4 (&buf)[kU][kMats], int64_t item, int b) {
+    const uint16_t* rows[kMats];
+    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+      rows[0] = p.segments[0].w + item * k;
+      rows[1] = p.segments[1].w + item * k;
+    } else {
+      const SegmentRow s = segment_row(p, item);
+      rows[0] = s.w + s.row * k;
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t c = static_cast<int64_t>(b) * (kU * 32) + u * 32 + lane;
+      if (c < chunks) {
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) buf[u][m] = load_weights(reinterpret_cast<const uint4*>(rows[m]) + c, policy);
+      }
+    }
+  };
+  // acc[m][r] += W_m row · bf16(x) row r over batch b's chunks.
+  auto consume = [&](const uint4 (&buf)[kU][kMats], int b, float (&acc)[kMats][kRows]) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t c = static_cast<int64_t>(b) * (kU * 32) + u * 32 + lane;
+      if (c < chunks) {
+        float w[kMats][8];
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) unpack_bf16x8(buf[u][m], w[m]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float xv[8];
+          unpack_bf16x8(xs[r * chunks + c], xv);
+#pragma unroll
+          for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[m][r] = fmaf(w[m][j], xv[j], acc[m][r]);
+          }
+        }
+      }
+    }
+  };
+  // The warp's sums of `item` -> out; lane r stores activation row r. Resets acc.
+  auto finish = [&](int64_t item, float (&acc)[kMats][kRows]) {
+    float mine[kMats];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      mine[m] = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float v = acc[m][r];
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == r) mine[m] = v;
+        acc[m][r] = 0.0f;
+      }
+    }
+    if (lane >= kRows) return;
+    if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+      const float g = mine[0];
+      p.segments[0].out[lane * p.segments[0].n + item] = g / (1.0f + expf(-g)) * mine[1];
+    } else {
+      const SegmentRow s = segment_row(p, item);
+      float y = mine[0];
+      if (s.bias != nullptr) y += s.bias[s.row];
+      const int64_t at = lane * s.n + s.row;
+      if (p.residual != nullptr) y = p.residual[at] + y;
+      s.out[at] = y;
+    }
+  };
+
+  // A dependent kernel launched programmatically may start now: it waits for this grid's completion
+  // before it reads what this grid writes. (No-op without such a dependent.)
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  uint4 buf0[kU][kMats], buf1[kU][kMats];
+  int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  int b = 0;
+  if (item < items) issue(buf0, item, 0);  // the first weights are in flight while x is staged
+  // Launched programmatically: wait for the previous kernel (x, the residual, the outputs' readers)
+  // before touching activations. Weights never change within a step. (No-op otherwise.)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
+  // The fused RMSNorm's sums of squares, in elementwise.cu's order: rows of more than kWideRow
+  // columns by 256 threads (thread t: i = t, t + 256, ...; butterfly; the 8 warps added in order),
+  // narrower rows by one warp (lane l: i = l, l + 32, ...; butterfly).
+  __shared__ float norm_sums[kRows][8];
+  const bool wide = k > kWideRow;
+  if (p.norm_weight != nullptr) {
+    const int width = wide ? 256 : 32, t = wide ? threadIdx.x % 256 : lane;
+    const int group = wide ? threadIdx.x / 256 : warp, groups = wide ? kThreads / 256 : kWarps;
+    for (int r = group; r < kRows; r += groups) {
+      const float* in = p.x + r * k;
+      float sum_sq = 0.0f;
+      for (int64_t i = t; i < k; i += width) sum_sq = fmaf(in[i], in[i], sum_sq);
+      for (int o = 16; o > 0; o /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+      if (lane == 0) norm_sums[r][t / 32] = sum_sq;
+    }
+    __syncthreads();
+  }
+  // Stage bf16(x) (or bf16 of the normalized x): entry i = x[8i .. 8i + 7] (x is [kRows, k]
+  // contiguous, k % 8 == 0).
+  const float4* x4 = reinterpret_cast<const float4*>(p.x);
+  const float4* g4 = reinterpret_cast<const float4*>(p.norm_weight);
+  for (int64_t i = threadIdx.x; i < kRows * chunks; i += kThreads) {
+    float4 a = x4[2 * i], c = x4[2 * i + 1];
+    if (p.norm_weight != nullptr) {
+      const int64_t r = i / chunks, j = i % chunks;
+      float total = 0.0f;
+      for (int w = 0; w < (wide ? 8 : 1); ++w) total += norm_sums[r][w];
+      const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(k) + p.norm_eps);
+      const float4 ga = g4[2 * j], gc = g4[2 * j + 1];
+      a = make_float4(ga.x * (a.x * inv_rms), ga.y * (a.y * inv_rms), ga.z * (a.z * inv_rms), ga.w * (a.w * inv_rms));
+      c = make_float4(gc.x * (c.x * inv_rms), gc.y * (c.y * inv_rms), gc.z * (c.z * inv_rms), gc.w * (c.w * inv_rms));
+    }
+    xs[i] = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(c.x, c.y), pack_bf16x2(c.z, c.w));
+  }
+  __syncthreads();
+
+  float acc[kMats][kRows];
+#pragma unroll
+  for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[m][r] = 0.0f;
+  }
+  // Two buffers in turn: the loop body is written twice so that both stay in registers.
+  auto step = [&](uint4 (&cur)[kU][kMats], uint4 (&next)[kU][kMats]) {
+    int64_t next_item = item;
+    int next_b = b + 1;
+    if (next_b == batches) next_b = 0, next_item += stride;
+    if (next_item < items) issue(next, next_item, next_b);
+    consume(cur, b, acc);
+    if (b == batches - 1) finish(item, acc);
+    item = next_item;
+    b = next_b;
+  };
+  while (item < items) {
+    step(buf0, buf1);
+    if (item >= items) break;
+    step(buf1, buf0);
+  }
+}
+
+// Blocks of one instance that fit on a multiprocessor with `smem` bytes of dynamic shared memory
+// (cached per size: launches inside graph capture then make no occupancy queries).
+template <int kRows, GemvEpilogue kEpi>
+int blocks_per_sm(size_t smem) {
+  static std::mutex mutex;
+  static std::vector<std::pair<size_t, int>> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [bytes, blocks] : cache) {
+    if (bytes == smem) return blocks;
+  }
+  auto* kernel = gemv_kernel<kRows, kEpi>;
+  NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gemv_max_smem_bytes()));
+  NIBBLE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  int blocks = 0;
+  NIBBLE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem));
+  if (blocks < 1) {
+    throw_unsupported("gemv_bf16", "shared memory bytes", "what one block can hold", static_cast<long long>(smem));
+  }
+  cache.emplace_back(smem, blocks);
+  return blocks;
+}
+
+int device_attribute(cudaDeviceAttr attribute) {
+  int device = 0, value = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
+  return value;
+}
+
+int multiprocessors() {
+  static const int count = device_attribute(cudaDevAttrMultiProcessorCount);
+  return count;
+}
+
+template <int kRows, GemvEpilogue kEpi>
+void launch(const GemvParams& p, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(kRows) * static_cast<size_t>(p.k) * 2;
+  const int64_t items = kEpi == GemvEpilogue::kSwiGlu ? p.segments[0].n
+                                                       : p.segments[0].n + p.segments[1].n + p.segments[2].n;
+  const int64_t resident = static_cast<int64_t>(multiprocessors()) * blocks_per_sm<kRows, kEpi>(smem);
+  const int64_t blocks = std::min<int64_t>(resident, (items + kWarps - 1) / kWarps);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = p.programmatic_launch ? 1 : 0;
+  NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kRows, kEpi>, p));
+}
+
+template <GemvEpilogue kEpi>
+void launch_rows(const GemvParams& p, cudaStream_t stream) {
+  switch (p.rows) {
+    case 1: launch<1, kEpi>(p, stream); break;
+    case 2: launch<2, kEpi>(p, stream); break;
+    case 3: launch<3, kEpi>(p, stream); break;
+    case 4: launch<4, kEpi>(p, stream); break;
+    case 5: launch<5, kEpi>(p, stream); break;
+    case 6: launch<6, kEpi>(p, stream); break;
+    case 7: launch<7, kEpi>(p, stream); break;
+    case 8: launch<8, kEpi>(p, stream); break;
+    default: throw_unsupported("gemv_bf16", "rows", "1..8", p.rows);
+  }
+}
+
+}  // namespace
+
+// bf16(x) [rows, k] must fit in one block's shared memory: the device's opt-in limit (227 KiB on
+// sm_90) less 1 KiB for the kernel's static shared memory (the norm sums, 256 bytes at most).
+int gemv_max_smem_bytes() {
+  static const int bytes = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin) - 1024;
+  return bytes;
+}
+
+void launch_gemv_bf16(const GemvParams& p, cudaStream_t stream) {
+  if (p.epilogue == GemvEpilogue::kSwiGlu) {
+    launch_rows<GemvEpilogue::kSwiGlu>(p, stream);
+  } else {
+    launch_rows<GemvEpilogue::kStore>(p, stream);
+  }
+}
+
+}  // namespace nibble::cuda::detail

@@ -1,0 +1,75 @@
+#pragma once
+// Small-batch matrix products with bf16 weights (decode): out [rows, n] = bf16(x) [rows, k] · W^T,
+// W [n, k] bf16 bits (quant/bf16.h), 1..kGemvMaxRows activation rows. Memory-bound: each weight
+// byte is read once, so the kernel (gemv.cu) is built to stream W at the device's read bandwidth.
+//
+// Numerics (every variant): x f32 (optionally RMS-normalized first, below) is rounded to bf16
+// (quant::bf16_from_f32, as the cuBLAS path rounds it), products exact in f32, f32 sums in a fixed
+// order (deterministic; another order than cuBLAS and the CPU).
+//
+// Variants, one launch each:
+//   plain      up to kGemvMaxSegments products that share x (q/k/v): segment s writes
+//              out_s [rows, n_s] = x · W_s^T (+ bias_s); with `residual` (one segment only):
+//              out = residual + (x · W^T (+ bias)), out may alias residual (the residual add of o and
+//              down projections);
+//   swiglu     two segments of equal n (gate, up): out [rows, n] = silu(x · Wg^T) · (x · Wu^T),
+//              silu(g) = g / (1 + expf(-g)) as elementwise.h's silu_mul computes it. Only
+//              segment 0's out is written.
+//
+// Kernel shape (gemv.cu): a persistent grid (as many blocks as fit on the device at once, never
+// more than the work needs), 16 warps per block; bf16(x) staged once per block in shared memory
+// (rows·k·2 bytes); each warp takes whole rows of W (rows g, g + G, ... of the segments laid end to
+// end, G warps in all), its lanes split the k axis in 16-byte loads, the next batch of loads issued
+// before the current one is used (also across rows), then a warp butterfly per output. With
+// programmatic_launch, the first batch of weights is loaded before waiting on the previous kernel.
+// Weight loads skip L1 and are marked evict-first in L2 (activations and KV pages stay there).
+//
+// No entry allocates or synchronizes: safe inside CUDA-graph capture.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nibble::cuda {
+
+inline constexpr int64_t kGemvMaxRows = 8;
+inline constexpr int kGemvMaxSegments = 3;
+
+enum class GemvEpilogue : uint8_t { kStore, kSwiGlu };
+
+struct GemvSegment {
+  const uint16_t* w = nullptr;  // [n, k] bf16, 16-byte aligned
+  const float* bias = nullptr;  // [n] or null (kStore only)
+  float* out = nullptr;         // [rows, n] (kSwiGlu: segment 0's only)
+  int64_t n = 0;
+};
+
+struct GemvParams {
+  const float* x = nullptr;  // [rows, k], 16-byte aligned
+  int64_t rows = 0;          // 1..kGemvMaxRows
+  int64_t k = 0;             // multiple of 8
+  GemvSegment segments[kGemvMaxSegments];
+  int num_segments = 0;
+  GemvEpilogue epilogue = GemvEpilogue::kStore;
+  const float* residual = nullptr;  // [rows, n] or null: kStore with one segment
+  // Programmatic dependent launch (sm_90): the kernel may start while the previous kernel on the
+  // stream finishes; it loads its first weights (constant during a step), then waits for that
+  // kernel's results before it reads x or writes anything. It also lets the next kernel launched
+  // this way (the down GEMV after gate/up) start as its own blocks finish.
+  bool programmatic_launch = false;
+  // RMSNorm fused into the staging of x (kStore and kSwiGlu): the products read
+  // bf16(norm_weight[i] · (x[i] · inv_rms)), inv_rms = 1 / sqrtf(mean(x²) + eps) per row, the sum of
+  // squares in elementwise.h's rms_norm order (one warp per row up to 1024 columns, 256 threads
+  // above), so the result equals rms_norm then gemv bit for bit.
+  const float* norm_weight = nullptr;  // [k], 16-byte aligned, or null: no norm
+  float norm_eps = 0.0f;
+};
+
+// Whether the kernel takes these shapes: rows 1..kGemvMaxRows, k % 8 == 0, bf16(x) fits in one
+// block's shared memory (rows·k·2 bytes ≤ the device's opt-in limit, 227 KiB on sm_90), n > 0,
+// pointers 16-byte aligned, the epilogue's segment rules (kSwiGlu: 2 segments of equal n, no bias;
+// a residual: 1 segment).
+bool gemv_supports(const GemvParams& p);
+// Throws nibble::Error when !gemv_supports(p) or a pointer is null.
+void gemv_bf16(const GemvParams& p, cudaStream_t stream);
+
+}  // namespace nibble::cuda
