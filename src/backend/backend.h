@@ -8,6 +8,7 @@
 //   - a step is planned once (plan()) and the PlannedStep is passed to every op of every layer;
 //   - the KV cache is the paged pool of cache/page_layout.h, reached through KvCacheView;
 //   - ops may run asynchronously; copy_to_host() waits for the results it copies.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -64,10 +65,20 @@ struct SampleRequest {
   float min_p = 0.0f;   // 0 = off
   uint64_t seed = 0;    // the request's stream
   uint64_t draw = 0;    // this draw's index in the stream (0, 1, 2, ... per sampled token)
+  int32_t top_logprobs = 0;  // also return the row's N most probable tokens, 0 <= N <= kMaxSampleTopLogprobs
+};
+inline constexpr int32_t kMaxSampleTopLogprobs = 20;  // OpenAI's top_logprobs limit
+struct TopLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;  // log softmax(logits)[id] at temperature 1
 };
 struct SampledToken {
   int32_t id = 0;
   float logprob = 0.0f;  // log softmax(logits)[id] at temperature 1 (the OpenAI API's logprob)
+  // The min(top_logprobs, vocab) largest logits of the row: larger logit first, lower id first on
+  // equal logits (exact comparisons of the logits), each with its temperature-1 logprob.
+  int32_t num_top = 0;
+  std::array<TopLogprob, kMaxSampleTopLogprobs> top{};
 };
 
 // A step as a backend holds it after plan(): the host plan plus whatever the device needs.
@@ -107,8 +118,11 @@ class Backend {
 
   // ---- sampling ----------------------------------------------------------------------------------
   // out[r] = a token drawn from logits row r [rows, vocab] in the backend's memory under requests[r];
-  // only the ids (and their logprobs) come back to the host. Throws nibble::Error when the counts
-  // differ or a request is out of range (sampling::validate's rules).
+  // only the ids (and their logprobs) come back to the host, plus out[r].top when
+  // requests[r].top_logprobs > 0 (so a step that reports top_logprobs keeps its logits on the device;
+  // the CPU backend computes them in float64, CUDA in float32, the ids identical). Throws
+  // nibble::Error when the counts differ or a request is out of range (sampling::validate's rules,
+  // top_logprobs in [0, kMaxSampleTopLogprobs]).
   virtual void sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) = 0;
 
   // ---- element-wise and dense ops ---------------------------------------------------------------

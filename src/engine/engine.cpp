@@ -121,6 +121,7 @@ void Engine::validate(const GenerationRequest& r) const {
            fmt::format("{} prompt + {} generated tokens need {} KV pages, the pool has {} pages ({} tokens)", prompt,
                        r.max_tokens, pages, options_.num_pages, options_.num_pages * options_.page_size));
   }
+  static_assert(kMaxTopLogprobs <= backend::kMaxSampleTopLogprobs, "Backend::sample returns every top logprob");
   if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
     reject(RejectReason::kInvalid,
            fmt::format("top_logprobs must be between 0 and {}, got {}", kMaxTopLogprobs, r.top_logprobs));
@@ -301,15 +302,17 @@ void Engine::run_step() {
   }
   // Every token is drawn by Backend::sample's rule (Philox(seed, draw), draw = tokens sampled so
   // far), so a request's stream does not depend on which path its steps take. When no sequence of
-  // the step needs host logits (prompt scoring rows, top_logprobs), the logits stay on the device.
+  // the step needs host logits (prompt scoring rows), the logits stay on the device; the sampled
+  // token's logprob and its top_logprobs alternatives come back from Backend::sample.
   std::vector<backend::SampleRequest> requests;
   bool host_logits = false;
   for (size_t i = 0; i < steps.size(); ++i) {
     const GenerationRequest& r = lives[i]->request;
     const sampling::SamplingParams& p = r.sampling;
     requests.push_back({.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p,
-                        .seed = p.seed, .draw = lives[i]->draws});
-    host_logits = host_logits || steps[i].all_logits || (r.logprobs && r.top_logprobs > 0);
+                        .seed = p.seed, .draw = lives[i]->draws,
+                        .top_logprobs = r.logprobs ? static_cast<int32_t>(r.top_logprobs) : 0});
+    host_logits = host_logits || steps[i].all_logits;
   }
   std::vector<float> logits;
   std::vector<backend::SampledToken> drawn;
@@ -351,7 +354,13 @@ void Engine::run_step() {
           if (live.request.logprobs) live.sampled_logprob = token_logprob(last, token, live.request.top_logprobs);
         } else {
           token = drawn[i].id;
-          if (live.request.logprobs) live.sampled_logprob = TokenLogprob{.token = token, .logprob = drawn[i].logprob};
+          if (live.request.logprobs) {
+            TokenLogprob lp{.token = token, .logprob = drawn[i].logprob};
+            for (int32_t j = 0; j < drawn[i].num_top; ++j) {
+              lp.top.push_back({.token = drawn[i].top[j].id, .logprob = drawn[i].top[j].logprob});
+            }
+            live.sampled_logprob = std::move(lp);
+          }
         }
         ++live.draws;
       }

@@ -65,10 +65,11 @@ std::vector<float> run_forward_step(model::Transformer& transformer, cache::KvPo
 // run_forward_step, then one token drawn per sequence by the backend's sample op from that
 // sequence's logits row, which never leaves the backend's memory: out[i] is steps[i]'s token under
 // requests[i] (Backend::sample's rules: greedy = argmax, lowest id on ties; else Philox(seed, draw)
-// over the top-k / top-p / min-p kept set) with its temperature-1 logprob. Only the ids and logprobs
-// come back to the host, so a caller uses it when nothing of the step needs host logits: every
-// steps[i].all_logits false (throws nibble::Error otherwise, and when requests.size() !=
-// steps.size()); callers needing top_logprobs, prompt scoring or echo use run_forward_step.
+// over the top-k / top-p / min-p kept set) with its temperature-1 logprob, and the row's
+// requests[i].top_logprobs most probable alternatives. Only ids and logprobs come back to the host,
+// so a caller uses it when nothing of the step needs host logits: every steps[i].all_logits false
+// (throws nibble::Error otherwise, and when requests.size() != steps.size()); callers needing
+// prompt scoring or echo use run_forward_step.
 // Sequences that do not sample this step (a prompt chunk before the last) get a token too: ignore it.
 std::vector<backend::SampledToken> run_forward_step_sampled(
     LoadedModel& model, cache::KvPool& pool, quant::Rotation rotation, std::span<const backend::SequenceStep> steps,

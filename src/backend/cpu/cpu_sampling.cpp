@@ -4,6 +4,8 @@
 // sampler does (it need not pick the same token at a float rounding boundary).
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/error.h"
@@ -26,6 +28,26 @@ float log_softmax_at(std::span<const float> row, int32_t id) {
   return static_cast<float>(static_cast<double>(row[id]) - max_logit - std::log(total));
 }
 
+// out.top = the min(n, vocab) largest logits, larger first, lower id first on equal logits (as
+// engine/logprobs.cpp orders them), each with log_softmax_at's float64 value.
+void fill_top_logprobs(std::span<const float> row, int32_t n, SampledToken& out) {
+  double max_logit = -INFINITY;
+  for (float l : row) max_logit = std::max(max_logit, static_cast<double>(l));
+  double total = 0.0;
+  for (float l : row) total += std::exp(static_cast<double>(l) - max_logit);
+  const double log_total = std::log(total);
+  const int32_t m = static_cast<int32_t>(std::min<size_t>(static_cast<size_t>(n), row.size()));
+  std::vector<int32_t> ids(row.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + m, ids.end(),
+                    [&](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
+  out.num_top = m;
+  for (int32_t j = 0; j < m; ++j) {
+    const double logit = row[ids[j]];
+    out.top[j] = {.id = ids[j], .logprob = static_cast<float>(logit - max_logit - log_total)};
+  }
+}
+
 }  // namespace
 
 void CpuBackend::sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) {
@@ -37,6 +59,9 @@ void CpuBackend::sample(Tensor logits, std::span<const SampleRequest> requests, 
     const SampleRequest& req = requests[r];
     const sampling::SamplingParams params = params_of(req);
     sampling::validate(params);
+    NIBBLE_CHECK(req.top_logprobs >= 0 && req.top_logprobs <= kMaxSampleTopLogprobs,
+                 "sample: top_logprobs must be in [0, {}], got {} (row {})", kMaxSampleTopLogprobs,
+                 req.top_logprobs, r);
     const std::span<const float> row(logits.row(r), static_cast<size_t>(logits.cols));
     int32_t id = 0;
     if (req.temperature == 0.0f || req.top_k == 1) {
@@ -59,6 +84,7 @@ void CpuBackend::sample(Tensor logits, std::span<const SampleRequest> requests, 
       if (id < 0) id = last_kept;  // rounding: u at the very top of the mass
     }
     out[r] = {.id = id, .logprob = log_softmax_at(row, id)};
+    if (req.top_logprobs > 0) fill_top_logprobs(row, req.top_logprobs, out[r]);
   }
 }
 

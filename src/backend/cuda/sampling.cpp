@@ -10,6 +10,8 @@
 
 namespace nibble::cuda {
 
+static_assert(kDeviceMaxTopLogprobs == backend::kMaxSampleTopLogprobs, "the kernel's result holds every top logprob");
+
 SamplingWorkspace::~SamplingWorkspace() { release(); }
 
 void SamplingWorkspace::release() {
@@ -45,13 +47,17 @@ void sample_rows(backend::Tensor logits, std::span<const backend::SampleRequest>
   for (size_t r = 0; r < requests.size(); ++r) {
     const backend::SampleRequest& q = requests[r];
     sampling::validate({.temperature = q.temperature, .top_k = q.top_k, .top_p = q.top_p, .min_p = q.min_p});
+    NIBBLE_CHECK(q.top_logprobs >= 0 && q.top_logprobs <= backend::kMaxSampleTopLogprobs,
+                 "sample: top_logprobs must be in [0, {}], got {} (row {})", backend::kMaxSampleTopLogprobs,
+                 q.top_logprobs, r);
     const bool greedy = q.temperature == 0.0f || q.top_k == 1;
     device[r] = {.temperature = greedy ? 0.0f : q.temperature,
                  .top_k = static_cast<int32_t>(q.top_k > 0 ? std::min(q.top_k, logits.cols) : logits.cols),
                  .top_p = q.top_p,
                  .min_p = q.min_p,
                  .seed = q.seed,
-                 .draw = q.draw};
+                 .draw = q.draw,
+                 .top_n = static_cast<int32_t>(std::min<int64_t>(q.top_logprobs, logits.cols))};
   }
   workspace.reserve(logits.rows, stream);
   NIBBLE_CUDA_CHECK(cudaMemcpyAsync(workspace.requests(), device.data(), device.size() * sizeof(DeviceSampleRequest),
@@ -61,7 +67,11 @@ void sample_rows(backend::Tensor logits, std::span<const backend::SampleRequest>
   NIBBLE_CUDA_CHECK(cudaMemcpyAsync(results.data(), workspace.results(), results.size() * sizeof(DeviceSampleResult),
                                     cudaMemcpyDeviceToHost, stream));
   NIBBLE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (size_t r = 0; r < results.size(); ++r) out[r] = {.id = results[r].id, .logprob = results[r].logprob};
+  for (size_t r = 0; r < results.size(); ++r) {
+    const DeviceSampleResult& d = results[r];
+    out[r] = {.id = d.id, .logprob = d.logprob, .num_top = d.num_top};
+    for (int j = 0; j < d.num_top; ++j) out[r].top[j] = {.id = d.top_id[j], .logprob = d.top_logprob[j]};
+  }
 }
 
 }  // namespace nibble::cuda

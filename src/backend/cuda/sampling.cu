@@ -26,6 +26,10 @@ struct Shared {
   unsigned int chosen;
   unsigned long long gt_count, gt_mass, eq_count;
   int result_id;
+  // block_top_logprobs() candidates: [top_count] (id, logit), unordered until thread 0 sorts them
+  unsigned int top_count;
+  int top_id[kDeviceMaxTopLogprobs];
+  float top_logit[kDeviceMaxTopLogprobs];
 };
 
 // e_i = exp((l_i - max) / temperature), computed the same way on every pass.
@@ -110,12 +114,12 @@ __device__ void block_argmax(const float* row, int vocab, Shared& sh, float& bes
   __syncthreads();
 }
 
-// Radix select over key = bits(e_i) (e >= 0, so the bits order like the values), most significant
-// byte first: the key tau with (by count) #{key > tau} < target <= #{key >= tau}, or (by mass)
-// mass{key > tau} < target <= mass{key >= tau}. Leaves tau, the count and mass above it and the
-// count equal to it in sh.
-__device__ unsigned int radix_select(const float* row, int vocab, float max_logit, float temperature, bool by_mass,
-                                     unsigned long long target, Shared& sh) {
+// Radix select over key = key_of(i), most significant byte first: the key tau with (by count)
+// #{key > tau} < target <= #{key >= tau}, or (by mass, for key = bits(e_i), e >= 0, which order like
+// the values) mass{key > tau} < target <= mass{key >= tau}. Leaves tau, the count and mass above it
+// and the count equal to it in sh.
+template <typename KeyOf>
+__device__ unsigned int radix_select(int vocab, KeyOf key_of, bool by_mass, unsigned long long target, Shared& sh) {
   unsigned int prefix = 0, mask = 0;
   unsigned long long gt_count = 0, gt_mass = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -125,12 +129,11 @@ __device__ unsigned int radix_select(const float* row, int vocab, float max_logi
     }
     __syncthreads();
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float e = scaled_exp(row[i], max_logit, temperature);
-      const unsigned int key = __float_as_uint(e);
+      const unsigned int key = key_of(i);
       if ((key & mask) == prefix) {
         const unsigned int b = (key >> shift) & 255u;
         atomicAdd(&sh.hist_count[b], 1u);
-        if (by_mass) atomicAdd(&sh.hist_mass[b], mass_of(e));
+        if (by_mass) atomicAdd(&sh.hist_mass[b], mass_of(__uint_as_float(key)));
       }
     }
     __syncthreads();
@@ -168,6 +171,64 @@ __device__ unsigned int radix_select(const float* row, int vocab, float max_logi
   return prefix;
 }
 
+// Order-preserving key of a logit: a larger logit has a larger key, equal logits equal keys (-0 and
+// +0 too: l + 0 turns -0 into +0, as the host's comparisons treat them as equal).
+__device__ __forceinline__ unsigned int logit_key(float l) {
+  const unsigned int u = __float_as_uint(__fadd_rn(l, 0.0f));
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The n (1..kDeviceMaxTopLogprobs, <= vocab) largest logits of the row, in the host's order (larger
+// logit first, lower id first among equal logits: engine/logprobs.cpp's partial_sort), with
+// logprob (l - max_logit) - log_z; written by thread 0 into `out`. A count radix select finds the
+// n-th largest key tau; every key above it is taken, and of the keys equal to tau the lowest ids
+// (contiguous id ranges per thread, ranked by a block scan).
+__device__ void block_top_logprobs(const float* row, int vocab, int n, float max_logit, float log_z, Shared& sh,
+                                   DeviceSampleResult& out) {
+  const auto key_of = [row](int i) { return logit_key(row[i]); };
+  const unsigned int tau = radix_select(vocab, key_of, /*by_mass=*/false, static_cast<unsigned long long>(n), sh);
+  const unsigned long long ties_kept = static_cast<unsigned long long>(n) - sh.gt_count;
+  if (threadIdx.x == 0) sh.top_count = 0;
+  __syncthreads();
+  const int chunk = (vocab + kThreads - 1) / kThreads;
+  const int begin = min(vocab, static_cast<int>(threadIdx.x) * chunk), end = min(vocab, begin + chunk);
+  unsigned long long my_ties = 0;
+  for (int i = begin; i < end; ++i) my_ties += key_of(i) == tau ? 1 : 0;
+  unsigned long long rank = block_exclusive_scan(my_ties, sh);
+  for (int i = begin; i < end; ++i) {
+    const unsigned int key = key_of(i);
+    if (key > tau || (key == tau && rank++ < ties_kept)) {
+      const unsigned int slot = atomicAdd(&sh.top_count, 1u);
+      if (slot < kDeviceMaxTopLogprobs) {
+        sh.top_id[slot] = i;
+        sh.top_logit[slot] = row[i];
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int m = min(static_cast<int>(sh.top_count), n);  // == n by the select's definition
+    for (int a = 1; a < m; ++a) {  // insertion sort of <= 20 candidates: (logit desc, id asc)
+      const int id = sh.top_id[a];
+      const float l = sh.top_logit[a];
+      int b = a - 1;
+      while (b >= 0 && (sh.top_logit[b] < l || (sh.top_logit[b] == l && sh.top_id[b] > id))) {
+        sh.top_id[b + 1] = sh.top_id[b];
+        sh.top_logit[b + 1] = sh.top_logit[b];
+        --b;
+      }
+      sh.top_id[b + 1] = id;
+      sh.top_logit[b + 1] = l;
+    }
+    out.num_top = m;
+    for (int j = 0; j < m; ++j) {
+      out.top_id[j] = sh.top_id[j];
+      out.top_logprob[j] = (sh.top_logit[j] - max_logit) - log_z;
+    }
+  }
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int vocab,
                                                           const DeviceSampleRequest* __restrict__ requests,
                                                           DeviceSampleResult* __restrict__ results) {
@@ -182,10 +243,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   float z = 0.0f;  // Σ exp(l - max): the temperature-1 normalizer of the logprob
   for (int i = threadIdx.x; i < vocab; i += kThreads) z += expf(row[i] - max_logit);
   z = block_sum_f(z, sh);
+  const float log_z = logf(z);
+  DeviceSampleResult& result = results[r];
+  if (req.top_n > 0) block_top_logprobs(row, vocab, req.top_n, max_logit, log_z, sh, result);
 
   int id = best_id;
   if (req.temperature > 0.0f) {
     const float t = req.temperature;
+    const auto exp_key = [row, max_logit, t](int i) { return __float_as_uint(scaled_exp(row[i], max_logit, t)); };
     unsigned long long total = 0, count_min_p = 0;
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
       const float e = scaled_exp(row[i], max_logit, t);
@@ -200,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       unsigned long long target = static_cast<unsigned long long>(ceil(static_cast<double>(req.top_p) * total));
       if (target < 1) target = 1;
       if (target > total) target = total;
-      const unsigned int tau = radix_select(row, vocab, max_logit, t, /*by_mass=*/true, target, sh);
+      const unsigned int tau = radix_select(vocab, exp_key, /*by_mass=*/true, target, sh);
       const unsigned long long q_tau = mass_of(__uint_as_float(tau));
       unsigned long long ties = sh.eq_count;
       if (q_tau > 0) {
@@ -212,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       __syncthreads();
     }
     // The keep-th most probable token's key, and how many of its ties (lowest ids first) are kept.
-    const unsigned int tau = radix_select(row, vocab, max_logit, t, /*by_mass=*/false, keep, sh);
+    const unsigned int tau = radix_select(vocab, exp_key, /*by_mass=*/false, keep, sh);
     const unsigned long long ties_kept = keep - sh.gt_count;
     __syncthreads();
     // Id order needs each thread on a contiguous range: thread t takes [t·chunk, (t+1)·chunk).
@@ -251,7 +316,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     __syncthreads();
     id = sh.result_id;
   }
-  if (threadIdx.x == 0) results[r] = {.id = id, .logprob = (row[id] - max_logit) - logf(z)};
+  if (threadIdx.x == 0) {
+    result.id = id;
+    result.logprob = (row[id] - max_logit) - log_z;
+    if (req.top_n == 0) result.num_top = 0;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,11 @@
 //            each found by an 8-bit radix select over the bits of e (4 passes, shared histograms).
 //            The draw: u = philox_uniform(seed, draw), target = floor(u · Σ_kept q), and the token is
 //            the kept one where the cumulative kept mass, in id order, first exceeds target.
+//   top      (top_logprobs N > 0, N <= 20) the N largest logits in the host's order (larger first,
+//            lower id first on equal logits; exact key comparisons, so the ids equal the host's): a
+//            count radix select over order-preserving logit keys, the keys above the N-th taken and
+//            its ties by lowest id; logprob = (l - max) - log Σ exp(l_i - max) in float32 like the
+//            sampled token's (the host computes float64: |Δ| <= 1e-5·max(1, |logprob|), tested).
 //
 // Reproducible: a request's draws depend only on (logits, seed, draw); they do not reproduce the
 // CPU Sampler's mt19937 stream (a different generator), and the filtered probabilities are f32

@@ -9,13 +9,20 @@
 //     correct sampler fails with probability 1e-6 per case, while a token kept with the wrong
 //     weight by 10% of a 5% token (~20 sigma at this count) fails it;
 //   - seeded sampling is reproducible: the same requests twice give the same ids; the stream is
-//     not the CPU Sampler's mt19937 stream (it is Philox, sampling/philox.h).
+//     not the CPU Sampler's mt19937 stream (it is Philox, sampling/philox.h);
+//   - top_logprobs (N = 1..20): the same ids in the same order as the host computation
+//     (engine/logprobs.cpp: partial_sort by logit, lower id first on equal logits) on random rows,
+//     planted ties at and across the N-th place, ±0 and -Inf logits and a Llama-3-sized vocabulary;
+//     logprobs (float32 on the GPU, float64 on the host) within 1e-5·max(1, |logprob|).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cuda_common/cuda_test_util.h"
@@ -194,6 +201,114 @@ TEST_F(CudaSampling, RejectsBadRequests) {
   EXPECT_THROW(sample_gpu(row, 16, {{.temperature = -1.0f}}), nibble::Error);
   EXPECT_THROW(sample_gpu(row, 16, {{.temperature = 1.0f, .top_p = 0.0f}}), nibble::Error);
   EXPECT_THROW(sample_gpu(row, 16, {{}, {}}), nibble::Error);  // two requests for one row
+  EXPECT_THROW(sample_gpu(row, 16, {{.top_logprobs = kMaxSampleTopLogprobs + 1}}), nibble::Error);
+  EXPECT_THROW(sample_gpu(row, 16, {{.top_logprobs = -1}}), nibble::Error);
+}
+
+// The host computation of top_logprobs, as engine/logprobs.cpp does it: the min(n, vocab) largest
+// logits, larger first, lower id first on equal logits; log softmax in float64.
+std::vector<TopLogprob> host_top_logprobs(std::span<const float> row, int32_t n) {
+  std::vector<int32_t> ids(row.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t m = std::min<size_t>(static_cast<size_t>(n), row.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(m), ids.end(),
+                    [&](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
+  std::vector<TopLogprob> out;
+  for (size_t j = 0; j < m; ++j) out.push_back({.id = ids[j], .logprob = static_cast<float>(log_softmax(row, ids[j]))});
+  return out;
+}
+
+// Rows that stress the order: random logits, with planted ties (the 3rd-largest value copied to
+// several ids; the N-th value copied past the N-th place, so only the lowest ids of the tie are
+// kept), all-equal rows, ±0 rows and -Inf entries.
+std::vector<float> top_logprob_rows(int64_t rows, int64_t vocab, uint32_t seed) {
+  std::vector<float> logits = random_logits(rows, vocab, 3.0f, seed);
+  std::mt19937 rng(seed + 1);
+  std::uniform_int_distribution<int64_t> any(0, vocab - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = logits.data() + r * vocab;
+    if (r % 4 == 1 && vocab > 3) {
+      std::vector<float> sorted(row, row + vocab);
+      std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+      const float tie = sorted[std::min<int64_t>(vocab - 1, 2 + r % 18)];
+      for (int c = 0; c < 6; ++c) row[any(rng)] = tie;
+    }
+    if (r % 4 == 2 && vocab > kMaxSampleTopLogprobs) row[any(rng)] = -INFINITY;  // never among the top N
+    if (r % 7 == 3) std::fill(row, row + vocab, 1.25f);
+    if (r % 7 == 5) {
+      for (int64_t i = 0; i < vocab; ++i) row[i] = (i % 3 == 0) ? -0.0f : 0.0f;
+      row[any(rng)] = -1.0f;
+    }
+  }
+  return logits;
+}
+
+void expect_top_logprobs_match(std::span<const float> row, int32_t n, const SampledToken& got, const std::string& where,
+                               double tolerance) {
+  const std::vector<TopLogprob> want = host_top_logprobs(row, n);
+  ASSERT_EQ(got.num_top, static_cast<int32_t>(want.size())) << where;
+  for (size_t j = 0; j < want.size(); ++j) {
+    EXPECT_EQ(got.top[j].id, want[j].id) << where << " place " << j;
+    EXPECT_NEAR(got.top[j].logprob, want[j].logprob, tolerance * std::max(1.0, std::fabs(double{want[j].logprob})))
+        << where << " place " << j;
+  }
+}
+
+TEST_F(CudaSampling, TopLogprobsEqualTheHostComputation) {
+  double worst = 0.0;
+  for (const int64_t vocab : {1, 7, 1000, 4099, 128256}) {
+    const int64_t rows = 28;
+    const std::vector<float> logits = top_logprob_rows(rows, vocab, static_cast<uint32_t>(vocab) + 11);
+    std::vector<SampleRequest> requests(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      requests[r] = {.temperature = r % 2 ? 0.0f : 0.9f, .top_p = r % 3 == 0 ? 0.9f : 1.0f,
+                     .seed = static_cast<uint64_t>(r),
+                     .top_logprobs = static_cast<int32_t>(1 + r % kMaxSampleTopLogprobs)};
+    }
+    requests[0].top_logprobs = kMaxSampleTopLogprobs;
+    const std::vector<SampledToken> got = sample_gpu(logits, vocab, requests);
+    std::vector<SampleRequest> plain = requests;
+    for (SampleRequest& q : plain) q.top_logprobs = 0;
+    const std::vector<SampledToken> without = sample_gpu(logits, vocab, plain);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::span<const float> row(logits.data() + r * vocab, static_cast<size_t>(vocab));
+      const std::string where = "vocab " + std::to_string(vocab) + " row " + std::to_string(r);
+      expect_top_logprobs_match(row, requests[r].top_logprobs, got[r], where, 1e-5);
+      if (testing::Test::HasFatalFailure()) return;
+      for (int32_t j = 0; j < got[r].num_top; ++j) {
+        worst = std::max(worst, std::fabs(double{got[r].top[j].logprob} - log_softmax(row, got[r].top[j].id)));
+      }
+      // Asking for alternatives changes nothing else.
+      EXPECT_EQ(got[r].id, without[r].id) << where;
+      EXPECT_EQ(got[r].logprob, without[r].logprob) << where;
+      EXPECT_EQ(without[r].num_top, 0) << where;
+    }
+  }
+  std::printf("measured: largest |GPU float32 - host float64| top logprob %.3g\n", worst);
+}
+
+// The CPU backend's sample() fills top_logprobs with the host computation (float64); runs without a GPU.
+TEST(CpuSampling, TopLogprobsEqualTheHostComputation) {
+  const std::unique_ptr<Backend> cpu = make_backend({.device = "cpu", .num_threads = 1});
+  for (const int64_t vocab : {1, 7, 1000}) {
+    const int64_t rows = 28;
+    std::vector<float> logits = top_logprob_rows(rows, vocab, static_cast<uint32_t>(vocab) + 3);
+    std::vector<SampleRequest> requests(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      requests[r] = {.temperature = r % 2 ? 0.0f : 0.9f,
+                     .top_logprobs = static_cast<int32_t>(r % (kMaxSampleTopLogprobs + 1))};
+    }
+    std::vector<SampledToken> got(static_cast<size_t>(rows));
+    cpu->sample({logits.data(), rows, vocab}, requests, got);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::span<const float> row(logits.data() + r * vocab, static_cast<size_t>(vocab));
+      expect_top_logprobs_match(row, requests[r].top_logprobs, got[r],
+                                "vocab " + std::to_string(vocab) + " row " + std::to_string(r), 1e-7);
+    }
+  }
+  std::vector<float> row(4, 0.0f);
+  std::vector<SampledToken> out(1);
+  EXPECT_THROW(cpu->sample({row.data(), 1, 4}, std::vector<SampleRequest>{{.top_logprobs = 21}}, out), nibble::Error);
 }
 
 }  // namespace
