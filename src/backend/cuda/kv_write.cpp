@@ -1,6 +1,8 @@
 // Host entry point of the write path: validate the shapes and layouts, then launch (kv_write.cu).
 #include "backend/cuda/kv_write.h"
 
+#include <tuple>
+
 #include "common/error.h"
 
 namespace nibble::cuda {
@@ -50,6 +52,13 @@ void kv_write(const KvWriteParams& p, cudaStream_t stream) {
                p.k_layout.page_size, p.v_layout.page_size);
   NIBBLE_CHECK(p.k_global_scale > 0.0f && p.v_global_scale > 0.0f,
                "kv_write: global scales must be positive, got k {} v {}", p.k_global_scale, p.v_global_scale);
+  // nvfp4's block divisor s·g (s an E4M3 scale in [2^-9, 448]) must stay in [2^-60, 2^60], the
+  // range of the kernel's division-free E2M1 rule (quant/e2m1_reciprocal.h).
+  for (const auto& [part, g, which] : {std::tuple{&p.k_layout, p.k_global_scale, "k"},
+                                       std::tuple{&p.v_layout, p.v_global_scale, "v"}}) {
+    NIBBLE_CHECK(part->format != quant::ElemFormat::kNVFP4 || (g >= kNvfp4MinGlobalScale && g <= kNvfp4MaxGlobalScale),
+                 "kv_write: the nvfp4 global scale of {} must be in [2^-51, 2^51] on CUDA, got {}", which, g);
+  }
   NIBBLE_CHECK(p.num_tokens * p.k_layout.kv_heads < (int64_t{1} << 31),
                "kv_write: num_tokens × kv_heads must be < 2^31 (32-bit indexing), got {} × {}", p.num_tokens,
                p.k_layout.kv_heads);

@@ -13,6 +13,8 @@
 
 #include "backend/cuda/kv_write.h"
 #include "quant/bf16.h"
+#include "quant/e2m1.h"
+#include "quant/e2m1_reciprocal.h"
 #include "quant/e4m3.h"
 #include "quant/hadamard.h"
 #include "quant/kv_format.h"
@@ -86,18 +88,33 @@ __device__ __forceinline__ uint32_t e4m3x4_from_f32(float a, float b, float c, f
   return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
-// quant::e2m1_from_f32 without branches, by rounding instead of seven comparisons: the E2M1 grid
-// has step 0.5 on [0, 2), 1 on [2, 4), 2 above, so the magnitude code is rint(2a), 2 + rint(a),
-// min(4 + rint(a/2), 7) there; rint rounds ties to even, which is the reference's tie rule at every
-// decision point (0.25, 0.75, ..., 5). All scalings are exact. Checked against the reference for
-// every finite float and ±Inf (NaN cannot reach it: a NaN block is zeroed through its scale).
-__device__ __forceinline__ uint32_t e2m1_code_from_f32(float x) {
-  const float a = fabsf(x);
-  const float lo = rintf(a * 2.0f);
-  const float mid = 2.0f + rintf(a);
-  const float hi = fminf(4.0f + rintf(a * 0.5f), 7.0f);
-  const float m = a < 2.0f ? lo : (a < 4.0f ? mid : hi);
-  return ((__float_as_uint(x) >> 28) & 0x8u) | static_cast<uint32_t>(m);
+// max(m, |x|), NaN if either is NaN (PTX max.NaN, sm_80+): one instruction per element for a
+// NaN-propagating amax. Any NaN becomes the canonical NaN in amax / 6 anyway, so "some element is
+// NaN" is all the block scale needs (quant::amax_nan keeps the first NaN, whose payload and sign the
+// division drops; see kv_write.h on the NaN sign).
+__device__ __forceinline__ float max_abs_nan(float m, float x) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(m), "f"(fabsf(x)));
+  return r;
+}
+
+// The 16 E2M1 codes of x_i / v.d by quant/e2m1_reciprocal.h's rule, packed (element i at bits
+// 4·(i % 8) of w[i / 8]): one multiply and one FMA per element instead of a division, then the
+// magnitude code by a magic-number addition. kChecked: an element whose quotient lies near a decision
+// point is decided exactly by an FMA residual; kProven needs no check (the proof is there).
+template <bool kChecked>
+__device__ __forceinline__ void e2m1_codes16(const float x[16], const quant::E2m1Divisor& v, uint32_t w[2]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float q = quant::e2m1_reciprocal_quotient(x[i], v);
+    uint32_t magnitude = quant::e2m1_magnitude_code(q);
+    // Rare (a quotient within ~2^-20 of a grid step of a decision point): decided exactly here,
+    // while x[i] is live anyway; a fix-up pass after the loop kept all 16 x alive (+20 registers).
+    if (kChecked && quant::e2m1_near_decision_point(q)) {
+      magnitude = quant::e2m1_magnitude_code_near(x[i], q, v.d);
+    }
+    w[i / 8] |= (((__float_as_uint(x[i]) >> 28) & 0x8u) | magnitude) << (4 * (i % 8));
+  }
 }
 
 // Quantizes this lane's 16 elements and stores them at `data` (+ one scale byte at `scale` for
@@ -135,25 +152,26 @@ __device__ __forceinline__ void quantize_store16(const float x[16], float g, flo
     for (int i = 0; i < 4; ++i) w[i] = e4m3x4_from_f32(y[4 * i], y[4 * i + 1], y[4 * i + 2], y[4 * i + 3]);
     *reinterpret_cast<uint4*>(data) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {  // kNVFP4: quant::nvfp4_quantize_block step by step
-    // amax with NaN propagation, branch-free: on the GPU any NaN amax becomes the canonical NaN in
-    // amax / 6 anyway, so "some element is NaN" is all that matters (quant::amax_nan keeps the
-    // first NaN, whose payload and sign the division drops; see kv_write.h on the NaN sign).
     float amax = 0.0f;
-    bool any_nan = false;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      amax = fmaxf(amax, fabsf(x[i]));
-      any_nan |= x[i] != x[i];
-    }
-    if (any_nan) amax = __uint_as_float(0x7FFFFFFFu);
+    for (int i = 0; i < 16; ++i) amax = max_abs_nan(amax, x[i]);
     const float t = amax / 6.0f;
     const uint8_t code = static_cast<uint8_t>(e4m3x4_from_f32(g_inv != 0.0f ? t * g_inv : t / g, 0.0f, 0.0f, 0.0f));
-    const float s = quant::f32_from_e4m3(code);
+    // quant::f32_from_e4m3 by the hardware: E4M3 -> f16 is exact (NaN stays NaN), f16 -> f32 too.
+    const float s = __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
     uint32_t w[2] = {0, 0};
     if (!(s == 0.0f || quant::is_nan(s))) {
-      const float denom = s * g;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) w[i / 8] |= e2m1_code_from_f32(x[i] / denom) << (4 * (i % 8));
+      // e2m1(x_i / (s·g)) without the 16 divisions (quant/e2m1_reciprocal.h): with g a power of two
+      // (g = 1 by default) every divisor is kProven; other g check each quotient (kChecked) and
+      // decide the flagged ones exactly by an FMA residual. kv_write() admits only nvfp4 g in
+      // [2^-51, 2^51], so s·g lies in [2^-60, 2^60] and is never kDivide (an inlined division's
+      // slow-path call would cost the whole kernel ~20 registers).
+      const quant::E2m1Divisor v = quant::e2m1_divisor(s * g);
+      if (v.mode == quant::E2m1DivisorMode::kProven) {
+        e2m1_codes16<false>(x, v, w);
+      } else {
+        e2m1_codes16<true>(x, v, w);
+      }
     }
     *reinterpret_cast<uint2*>(data) = make_uint2(w[0], w[1]);
     *scale = code;

@@ -3,11 +3,13 @@
 // kernel, for every format (f32, bf16, fp8, nvfp4, k8v4) with or without the Hadamard rotation.
 // Bit-exact with the CPU reference: the kernel replays quant::quantize_head_vector's steps on
 // registers (bf16_from_f32; E4M3 by the hardware's RNE satfinite conversion, which equals
-// e4m3_from_f32; E2M1 codes by rounding, checked equal to e2m1_from_f32 for every float) and
+// e4m3_from_f32; nvfp4's E2M1 codes of x / (s·g) by quant/e2m1_reciprocal.h's rule: a split
+// reciprocal, one multiply and one FMA per element, proven equal to the correctly rounded division
+// for every power-of-two g and checked near each decision point otherwise) and
 // quant::hadamard_inplace's butterflies in the same order, in a translation unit built without FMA
-// contraction; x / g is x · (1/g) only when g is a power of two. (One documented difference: a NaN
-// input gives a NaN scale/code on both, but its sign bit may differ, because x86 keeps a NaN's sign
-// through division and the GPU returns the canonical NaN.)
+// contraction (the rule's FMAs are explicit); fp8's x / g is x · (1/g) only when g is a power of
+// two. (One documented difference: a NaN input gives a NaN scale/code on both, but its sign bit may
+// differ, because x86 keeps a NaN's sign through division and the GPU returns the canonical NaN.)
 //
 // Where each token goes is the step plan's own description (backend/step_plan.h): row i belongs to
 // sequence row_sequence[i] at position positions[i], which lives in page
@@ -42,6 +44,11 @@ struct KvWriteParams {
   float v_global_scale = 1.0f;
   quant::Rotation rotation = quant::Rotation::kNone;
 };
+
+// nvfp4 parts need a global scale in [2^-51, 2^51] (so that every block divisor s·g is in the
+// division-free rule's range, quant/e2m1_reciprocal.h); f32, bf16 and fp8 take any g > 0.
+inline constexpr float kNvfp4MinGlobalScale = 0x1p-51f;
+inline constexpr float kNvfp4MaxGlobalScale = 0x1p51f;
 
 // Validates the shapes and layouts (nibble::Error naming expected vs actual) and launches on
 // `stream`. No allocation, no host synchronization: safe inside CUDA-graph capture.

@@ -60,40 +60,31 @@ std::vector<float> make_inputs(int64_t vectors, int head_dim, bool with_inf, std
   return x;
 }
 
-class CudaKvWrite : public testing::TestWithParam<WriteCase> {};
+// Where the new rows go and what they hold: rows [num_tokens][kv_heads][head_dim] f32 (for a bf16
+// input, the values the device receives as bf16, already exactly representable).
+struct WriteInputs {
+  std::vector<int32_t> positions, row_sequence;
+  test::PageTables pt;
+  std::vector<float> k, v;
+};
 
-TEST_P(CudaKvWrite, MatchesCpuQuantizationByteForByte) {
-  NIBBLE_SKIP_WITHOUT_GPU();
-  const WriteCase c = GetParam();
-  std::mt19937 rng(1234 + c.head_dim + c.page_size);
-  const int64_t kv_heads = 3;
+// Runs kv_write on `in` and compares the whole pool, byte for byte, with the CPU reference applied
+// to the same rows (quant::hadamard_inplace, then quant::quantize_head_vector).
+void expect_pool_matches_cpu(const WriteCase& c, const WriteInputs& in, int64_t kv_heads, float g_k, float g_v) {
   const int64_t layer = 1;  // write the second layer: exercises the per-layer part offsets
   const cache::PageLayout layout({.num_layers = 2, .kv_heads = kv_heads, .head_dim = c.head_dim}, c.dtype, c.page_size);
-  // Page 16: scales that need the true division; page 64: powers of two (g = 1 is the default),
-  // which the kernel multiplies by 1/g instead (exact) — both paths are compared byte for byte.
-  const float g_k = c.page_size == 16 ? 0.37f : 1.0f, g_v = c.page_size == 16 ? 1.7f : 0.25f;
-
-  // Three sequences; the new rows are scattered positions (decode-like and prefill-like runs), one
-  // padding row (sequence -1) that must not be written.
-  const std::vector<int32_t> seq_lens = {5, 2 * c.page_size + 9, 70};
-  const auto pt = test::make_page_tables(seq_lens, c.page_size, rng);
-  std::vector<int32_t> positions, row_sequence;
-  for (int32_t pos : {4}) positions.push_back(pos), row_sequence.push_back(0);
-  for (int32_t pos = c.page_size - 3; pos < 2 * c.page_size + 9; ++pos) positions.push_back(pos), row_sequence.push_back(1);
-  positions.push_back(0), row_sequence.push_back(-1);
-  for (int32_t pos : {69, 0, 31}) positions.push_back(pos), row_sequence.push_back(2);
+  const auto& pt = in.pt;
+  const auto& positions = in.positions;
+  const auto& row_sequence = in.row_sequence;
   const int64_t num_tokens = static_cast<int64_t>(positions.size());
-
-  const bool with_inf = c.rotation == Rotation::kNone;
-  const std::vector<float> k = make_inputs(num_tokens * kv_heads, c.head_dim, with_inf, rng);
-  const std::vector<float> v = make_inputs(num_tokens * kv_heads, c.head_dim, with_inf, rng);
-  // bf16 input: the device gets bf16 bits, the reference their exact f32 values.
-  std::vector<uint16_t> k_bf16(k.size()), v_bf16(v.size());
-  std::vector<float> k_in = k, v_in = v;
+  const std::vector<float>& k_in = in.k;
+  const std::vector<float>& v_in = in.v;
+  std::vector<uint16_t> k_bf16(k_in.size()), v_bf16(v_in.size());
   if (c.input == ActivationDtype::kBF16) {
-    for (size_t i = 0; i < k.size(); ++i) {
-      k_bf16[i] = quant::bf16_from_f32(k[i]), k_in[i] = quant::f32_from_bf16(k_bf16[i]);
-      v_bf16[i] = quant::bf16_from_f32(v[i]), v_in[i] = quant::f32_from_bf16(v_bf16[i]);
+    for (size_t i = 0; i < k_in.size(); ++i) {
+      k_bf16[i] = quant::bf16_from_f32(k_in[i]), v_bf16[i] = quant::bf16_from_f32(v_in[i]);
+      ASSERT_EQ(quant::f32_from_bf16(k_bf16[i]), k_in[i]) << "bf16 input rows must be bf16 values";
+      ASSERT_EQ(quant::f32_from_bf16(v_bf16[i]), v_in[i]) << "bf16 input rows must be bf16 values";
     }
   }
 
@@ -120,8 +111,8 @@ TEST_P(CudaKvWrite, MatchesCpuQuantizationByteForByte) {
 
   DeviceBuffer pool(pool_bytes);
   pool.fill(kPoison);
-  const DeviceBuffer d_k = c.input == ActivationDtype::kBF16 ? DeviceBuffer::from(k_bf16) : DeviceBuffer::from(k);
-  const DeviceBuffer d_v = c.input == ActivationDtype::kBF16 ? DeviceBuffer::from(v_bf16) : DeviceBuffer::from(v);
+  const DeviceBuffer d_k = c.input == ActivationDtype::kBF16 ? DeviceBuffer::from(k_bf16) : DeviceBuffer::from(k_in);
+  const DeviceBuffer d_v = c.input == ActivationDtype::kBF16 ? DeviceBuffer::from(v_bf16) : DeviceBuffer::from(v_in);
   const DeviceBuffer d_pos = DeviceBuffer::from(positions), d_seq = DeviceBuffer::from(row_sequence);
   const DeviceBuffer d_pt = DeviceBuffer::from(pt.table);
   kv_write({.k = d_k.as<void>(),
@@ -155,6 +146,40 @@ TEST_P(CudaKvWrite, MatchesCpuQuantizationByteForByte) {
                            << int(first >= 0 ? expected[first] : 0) << " got " << int(first >= 0 ? actual[first] : 0);
 }
 
+class CudaKvWrite : public testing::TestWithParam<WriteCase> {};
+
+TEST_P(CudaKvWrite, MatchesCpuQuantizationByteForByte) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  const WriteCase c = GetParam();
+  std::mt19937 rng(1234 + c.head_dim + c.page_size);
+  const int64_t kv_heads = 3;
+  // Page 16: scales that need the true division; page 64: powers of two (g = 1 is the default),
+  // which the kernel multiplies by 1/g instead (exact) — both paths are compared byte for byte.
+  const float g_k = c.page_size == 16 ? 0.37f : 1.0f, g_v = c.page_size == 16 ? 1.7f : 0.25f;
+
+  // Three sequences; the new rows are scattered positions (decode-like and prefill-like runs), one
+  // padding row (sequence -1) that must not be written.
+  const std::vector<int32_t> seq_lens = {5, 2 * c.page_size + 9, 70};
+  const auto pt = test::make_page_tables(seq_lens, c.page_size, rng);
+  std::vector<int32_t> positions, row_sequence;
+  for (int32_t pos : {4}) positions.push_back(pos), row_sequence.push_back(0);
+  for (int32_t pos = c.page_size - 3; pos < 2 * c.page_size + 9; ++pos) positions.push_back(pos), row_sequence.push_back(1);
+  positions.push_back(0), row_sequence.push_back(-1);
+  for (int32_t pos : {69, 0, 31}) positions.push_back(pos), row_sequence.push_back(2);
+  const int64_t num_tokens = static_cast<int64_t>(positions.size());
+
+  const bool with_inf = c.rotation == Rotation::kNone;
+  WriteInputs in{.positions = positions, .row_sequence = row_sequence, .pt = pt};
+  in.k = make_inputs(num_tokens * kv_heads, c.head_dim, with_inf, rng);
+  in.v = make_inputs(num_tokens * kv_heads, c.head_dim, with_inf, rng);
+  // bf16 input: the device gets bf16 bits, the reference their exact f32 values.
+  if (c.input == ActivationDtype::kBF16) {
+    for (float& x : in.k) x = quant::f32_from_bf16(quant::bf16_from_f32(x));
+    for (float& x : in.v) x = quant::f32_from_bf16(quant::bf16_from_f32(x));
+  }
+  expect_pool_matches_cpu(c, in, kv_heads, g_k, g_v);
+}
+
 std::vector<WriteCase> all_cases() {
   std::vector<WriteCase> cases;
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4, KvDtype::kK8V4})
@@ -167,6 +192,59 @@ std::vector<WriteCase> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, CudaKvWrite, testing::ValuesIn(all_cases()), case_name);
+
+// nvfp4 quotients at and around every E2M1 decision point, for every E4M3 block scale: the kernel
+// codes x / (s·g) by a reciprocal (quant/e2m1_reciprocal.h), exact only by proof (g a power of two)
+// or by its near-threshold check (other g). Each 16-element block holds 6·s·g (so its scale is s)
+// and 15 elements T·s·g stepped by a few ulps (T = 0.25 ... 5, both signs); bf16 inputs round
+// those to bf16, which makes exact ties T·s·g common. g = 2^±51 are the ends of the nvfp4 g range
+// kv_write admits (s·g then reaches 2^-60 and ~2^59.8, the ends of the rule's range).
+std::vector<float> decision_point_rows(int64_t vectors, int head_dim, float g, int salt) {
+  constexpr float kThresholds[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  std::vector<float> x(vectors * head_dim);
+  int64_t counter = salt;
+  for (int64_t b = 0; b < vectors * head_dim / 16; ++b) {
+    const float s = quant::f32_from_e4m3(static_cast<uint8_t>(1 + (b + salt) % 126));
+    const float d = s * g;
+    float* block = x.data() + b * 16;
+    block[(b + salt) % 16] = (b % 2 ? -6.0f : 6.0f) * d;
+    for (int i = 0; i < 16; ++i) {
+      if (i == (b + salt) % 16) continue;
+      const float t = kThresholds[counter % 7];
+      const int ulps = static_cast<int>((counter / 7) % 7) - 3;
+      const float center = t * d;
+      float value = quant::f32_from_bits(static_cast<uint32_t>(static_cast<int64_t>(quant::f32_bits(center)) + ulps));
+      block[i] = counter % 3 == 0 ? -value : value;
+      ++counter;
+    }
+  }
+  return x;
+}
+
+TEST(CudaKvWriteNvfp4, CodesAtEveryDecisionPointForEveryScaleMatchCpu) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  const int64_t kv_heads = 2, num_tokens = 96;  // 96 × 2 × 8 blocks per part at head_dim 128
+  for (KvDtype dtype : {KvDtype::kNVFP4, KvDtype::kK8V4}) {
+    for (ActivationDtype input : {ActivationDtype::kF32, ActivationDtype::kBF16}) {
+      for (float g : {1.0f, 0.125f, 0.37f, 1.7f, 0x1p-51f, 0x1p51f, 0.3000001f}) {
+        SCOPED_TRACE(std::string(quant::kv_dtype_name(dtype)) + (input == ActivationDtype::kBF16 ? " bf16" : " f32") +
+                     " g " + std::to_string(g));
+        const WriteCase c{dtype, 128, Rotation::kNone, 16, input};
+        std::mt19937 rng(77);
+        WriteInputs in;
+        in.pt = test::make_page_tables({static_cast<int32_t>(num_tokens)}, c.page_size, rng);
+        for (int32_t pos = 0; pos < num_tokens; ++pos) in.positions.push_back(pos), in.row_sequence.push_back(0);
+        in.k = decision_point_rows(num_tokens * kv_heads, c.head_dim, g, 0);
+        in.v = decision_point_rows(num_tokens * kv_heads, c.head_dim, g, 5);
+        if (input == ActivationDtype::kBF16) {
+          for (float& x : in.k) x = quant::f32_from_bf16(quant::bf16_from_f32(x));
+          for (float& x : in.v) x = quant::f32_from_bf16(quant::bf16_from_f32(x));
+        }
+        expect_pool_matches_cpu(c, in, kv_heads, g, g);
+      }
+    }
+  }
+}
 
 // Validation happens before any CUDA call, so these run without a GPU too.
 TEST(CudaKvWriteErrors, RejectsUnsupportedHeadDimAndBadPointers) {
@@ -192,6 +270,20 @@ TEST(CudaKvWriteErrors, RejectsUnsupportedHeadDimAndBadPointers) {
   EXPECT_THROW(kv_write(p, nullptr), Error);
   p.k_global_scale = 1.0f;
   p.num_tokens = -1;
+  EXPECT_THROW(kv_write(p, nullptr), Error);
+  p.num_tokens = 1;
+  // nvfp4 takes g in [2^-51, 2^51] only (the division-free E2M1 rule's range); fp8 any g > 0.
+  const cache::PageLayout fp4({.num_layers = 1, .kv_heads = 2, .head_dim = 64}, KvDtype::kK8V4, 16);
+  p.k_layout = fp4.k(0), p.v_layout = fp4.v(0), p.page_bytes = fp4.page_bytes();
+  p.v_global_scale = 0x1p-52f;
+  try {
+    kv_write(p, nullptr);
+    FAIL() << "nvfp4 g = 2^-52 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nvfp4 global scale of v must be in [2^-51, 2^51]"), std::string::npos)
+        << e.what();
+  }
+  p.v_global_scale = 0x1p52f;
   EXPECT_THROW(kv_write(p, nullptr), Error);
 }
 
