@@ -4,7 +4,7 @@
 // time ratios; then the write path in GB/s (f32 input read + stored bytes).
 //
 //   bench_decode_attention [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,...]
-//                          [--no-write | --write-only]
+//                          [--no-write | --write-only] [--one-order]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
@@ -13,6 +13,21 @@
 // Each timed call reads a different copy of the KV pages (copies rotate so the working set is
 // >= 4x L2), so the numbers are DRAM numbers, not L2 numbers. KV contents are a constant byte
 // pattern (finite in every format): timing does not depend on values.
+//
+// Memory: ONE device arena is allocated before the first timed case (after the bandwidth probe
+// is freed), sized for the largest pool (times its copies) and the largest of every other buffer
+// over all requested shapes and formats (bench/common/device_arena.h); every format's pool starts
+// at the arena base and q / out / page tables / plan / partials / write-path inputs sit at fixed
+// offsets after it. Nothing is allocated or freed between formats or shapes. Reason (H200,
+// 2026-11-30): with a pool allocated per (shape, format), where it landed moved the time of the
+// same kernel: fp8 took 495 us at 32 x 32K (94% of the read bandwidth) when run first in a shape
+// against 567 us (83%) right after bf16's twice larger pool was freed, 13% less at 8 x 128K and
+// 32 x 32K GQA 8, 10% more at 8 x 32K.
+//
+// Order: each shape is timed twice, formats in the given order and then in reverse order; the
+// reported time is the minimum of the two medians, and "order spread" is the largest relative
+// difference max|fwd - rev| / min(fwd, rev) over the formats of that shape (the order effects that
+// remain). --one-order times the given order only (spread printed as '-').
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -26,11 +41,13 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "device_arena.h"
 #include "device_mem.h"
 #include "backend/cuda/decode_attention.h"
 #include "backend/cuda/kv_write.h"
@@ -71,6 +88,8 @@ Device query_device() {
   return d;
 }
 
+using nibble::bench::ArenaLayout;
+using nibble::bench::DeviceArena;
 using nibble::bench::DeviceMem;
 
 // Median seconds per call of fn(rep) over `samples` samples of `reps` calls each (after a warm-up).
@@ -103,98 +122,192 @@ double median_seconds(Fn&& fn, int copies) {
   return samples[samples.size() / 2];
 }
 
-struct DecodeResult {
-  double seconds = 0;
-  double gbps = 0;
-};
-
-// Decode attention for `batch` sequences of `ctx` tokens; nullopt-like (seconds 0) if it does not fit.
-DecodeResult bench_decode(const Device& dev, KvDtype dtype, int group, int64_t ctx, int64_t batch) {
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, kPageSize);
-  const int64_t pages_per_seq = (ctx + kPageSize - 1) / kPageSize;
-  const int64_t pages_per_copy = pages_per_seq * batch;
-  const int64_t copy_bytes = pages_per_copy * layout.page_bytes();
-  const int64_t budget = static_cast<int64_t>(dev.free_bytes * 0.6);
-  if (copy_bytes > budget) return {};
-  const int copies = static_cast<int>(std::clamp<int64_t>((4 * dev.l2_bytes + copy_bytes - 1) / copy_bytes, 1,
-                                                          std::min<int64_t>(64, budget / copy_bytes)));
-  const int64_t num_q_heads = static_cast<int64_t>(kKvHeads) * group;
-
-  DeviceMem pool(static_cast<size_t>(copies) * copy_bytes);
-  NIBBLE_CUDA_CHECK(cudaMemset(pool.p, 0x33, static_cast<size_t>(copies) * copy_bytes));
-  // Page tables per copy [copies][batch][pages_per_seq]; pages of a sequence scattered (strided).
-  std::vector<int32_t> tables(copies * batch * pages_per_seq);
-  for (int c = 0; c < copies; ++c)
-    for (int64_t s = 0; s < batch; ++s)
-      for (int64_t p = 0; p < pages_per_seq; ++p)
-        tables[(c * batch + s) * pages_per_seq + p] = static_cast<int32_t>(c * pages_per_copy + p * batch + s);
-  DeviceMem d_tables(tables.size() * 4);
-  NIBBLE_CUDA_CHECK(cudaMemcpy(d_tables.p, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
-
-  const std::vector<int32_t> lens(batch, static_cast<int32_t>(ctx));
-  const cuda::DecodeSplitPlan plan = cuda::plan_decode_splits(
-      {.seq_lens = lens, .num_kv_heads = kKvHeads, .group_chunks = cuda::decode_group_chunks(num_q_heads, kKvHeads),
-       .num_sms = dev.sms,
-       .blocks_per_sm = cuda::decode_blocks_per_sm(layout.k(0).format, layout.v(0).format, kHeadDim)});
-  const std::vector<int32_t> packed = plan.packed();
-  DeviceMem d_plan(packed.size() * 4);
-  NIBBLE_CUDA_CHECK(cudaMemcpy(d_plan.p, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice));
-  DeviceMem partial_out(cuda::decode_partial_out_floats(plan, num_q_heads, kHeadDim) * 4);
-  DeviceMem partial_lse(static_cast<size_t>(plan.num_work) * num_q_heads * 4);
-  const int64_t q_elems = batch * num_q_heads * kHeadDim;
-  DeviceMem q(q_elems * 4), out(q_elems * 4);
-  NIBBLE_CUDA_CHECK(cudaMemset(q.p, 0x3C, q_elems * 4));
-
-  cuda::DecodeAttentionParams params{.q = q.p, .out = out.as<float>(), .pool = pool.as<uint8_t>(),
-                                     .page_tables = d_tables.as<int32_t>(), .plan_device = d_plan.as<int32_t>(),
-                                     .plan = &plan, .partial_out = partial_out.as<float>(),
-                                     .partial_lse = partial_lse.as<float>(), .num_q_heads = num_q_heads,
-                                     .max_pages_per_seq = pages_per_seq, .page_bytes = layout.page_bytes(),
-                                     .k_layout = layout.k(0), .v_layout = layout.v(0),
-                                     .softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim))};
-  const double seconds = median_seconds(
-      [&](int copy) {
-        params.page_tables = d_tables.as<int32_t>() + copy * batch * pages_per_seq;
-        cuda::decode_attention(params, nullptr);
-      },
-      copies);
-  const double bytes = static_cast<double>(batch) * ctx * layout.bytes_per_token_per_layer() + 2.0 * q_elems * 4;
-  return {seconds, bytes / seconds * 1e-9};
-}
-
-// g: the global scale of K and V (1 = SGLang's recipe; a power of two takes the exact multiply path,
-// anything else the true division).
-double bench_write(KvDtype dtype, int64_t tokens, float g, double* gbps) {
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, kPageSize);
-  const int64_t pages = (tokens + kPageSize - 1) / kPageSize;
-  DeviceMem pool(pages * layout.page_bytes());
-  const int64_t elems = tokens * kKvHeads * kHeadDim;
-  DeviceMem k(elems * 4), v(elems * 4);
-  NIBBLE_CUDA_CHECK(cudaMemset(k.p, 0x3C, elems * 4));
-  NIBBLE_CUDA_CHECK(cudaMemset(v.p, 0xBC, elems * 4));
-  std::vector<int32_t> positions(tokens), seqs(tokens, 0), table(pages);
-  std::iota(positions.begin(), positions.end(), 0);
-  std::iota(table.begin(), table.end(), 0);
-  DeviceMem d_pos(tokens * 4), d_seq(tokens * 4), d_table(pages * 4);
-  NIBBLE_CUDA_CHECK(cudaMemcpy(d_pos.p, positions.data(), tokens * 4, cudaMemcpyHostToDevice));
-  NIBBLE_CUDA_CHECK(cudaMemcpy(d_seq.p, seqs.data(), tokens * 4, cudaMemcpyHostToDevice));
-  NIBBLE_CUDA_CHECK(cudaMemcpy(d_table.p, table.data(), pages * 4, cudaMemcpyHostToDevice));
-  const cuda::KvWriteParams params{.k = k.p, .v = v.p, .positions = d_pos.as<int32_t>(),
-                                   .row_sequence = d_seq.as<int32_t>(), .page_tables = d_table.as<int32_t>(),
-                                   .pool = pool.as<uint8_t>(), .num_tokens = tokens, .max_pages_per_seq = pages,
-                                   .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
-                                   .k_global_scale = g, .v_global_scale = g};
-  const double seconds = median_seconds([&](int) { cuda::kv_write(params, nullptr); }, 1);
-  const double bytes = 2.0 * elems * 4 + static_cast<double>(tokens) * layout.bytes_per_token_per_layer();
-  *gbps = bytes / seconds * 1e-9;
-  return seconds;
-}
-
 struct Shape {
   int group;
   int64_t ctx;
   int64_t batch;
 };
+
+// Regions of the one device arena (offsets fixed for the whole run; see device_arena.h). The KV
+// pool is region 0, so every format's pool starts at the arena base.
+enum Region : size_t {
+  kPool,             // u8  decode: [copies][batch * pages_per_seq] pages; write: [pages] pages
+  kTables,           // i32 [copies][batch][pages_per_seq]
+  kPlan,             // i32 DecodeSplitPlan::packed()
+  kPartialOut,       // f32 [plan.num_work][num_q_heads][head_dim]
+  kPartialLse,       // f32 [plan.num_work][num_q_heads]
+  kQ,                // f32 [batch][num_q_heads][head_dim]
+  kOut,              // f32 [batch][num_q_heads][head_dim]
+  kWriteK,           // f32 [tokens][kv_heads][head_dim]
+  kWriteV,           // f32 [tokens][kv_heads][head_dim]
+  kWritePositions,   // i32 [tokens]
+  kWriteSeqs,        // i32 [tokens]
+  kWriteTable,       // i32 [pages]
+  kNumRegions
+};
+
+struct DecodeResult {
+  double seconds = 0;
+  double gbps = 0;
+};
+
+// One decode case: `batch` sequences of `ctx` tokens in `dtype`, pages in `copies` copies.
+struct DecodeCase {
+  cache::PageLayout layout;
+  int64_t pages_per_seq = 0, pages_per_copy = 0, copy_bytes = 0;
+  int copies = 0;
+  int64_t num_q_heads = 0, q_elems = 0;
+  cuda::DecodeSplitPlan plan{};
+
+  std::vector<int64_t> region_bytes(int64_t batch) const {
+    std::vector<int64_t> b(kNumRegions, 0);
+    b[kPool] = copies * copy_bytes;
+    b[kTables] = copies * batch * pages_per_seq * 4;
+    b[kPlan] = plan.packed_size() * 4;
+    b[kPartialOut] = cuda::decode_partial_out_floats(plan, num_q_heads, kHeadDim) * 4;
+    b[kPartialLse] = static_cast<int64_t>(plan.num_work) * num_q_heads * 4;
+    b[kQ] = b[kOut] = q_elems * 4;
+    return b;
+  }
+  // Bytes one call moves: the KV bytes (scales included) of all sequences + q + output.
+  double io_bytes(int64_t ctx, int64_t batch) const {
+    return static_cast<double>(batch) * ctx * layout.bytes_per_token_per_layer() + 2.0 * q_elems * 4;
+  }
+};
+
+// The case of (dtype, shape), or nullopt if one copy of its pages does not fit in 60% of the
+// memory free at start (the same rule as when each case allocated its own pool).
+std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, const Shape& shape) {
+  DecodeCase c{.layout = cache::PageLayout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype,
+                                           kPageSize)};
+  c.pages_per_seq = (shape.ctx + kPageSize - 1) / kPageSize;
+  c.pages_per_copy = c.pages_per_seq * shape.batch;
+  c.copy_bytes = c.pages_per_copy * c.layout.page_bytes();
+  const int64_t budget = static_cast<int64_t>(dev.free_bytes * 0.6);
+  if (c.copy_bytes > budget) return std::nullopt;
+  c.copies = static_cast<int>(std::clamp<int64_t>((4 * dev.l2_bytes + c.copy_bytes - 1) / c.copy_bytes, 1,
+                                                  std::min<int64_t>(64, budget / c.copy_bytes)));
+  c.num_q_heads = static_cast<int64_t>(kKvHeads) * shape.group;
+  c.q_elems = shape.batch * c.num_q_heads * kHeadDim;
+  const std::vector<int32_t> lens(shape.batch, static_cast<int32_t>(shape.ctx));
+  c.plan = cuda::plan_decode_splits(
+      {.seq_lens = lens, .num_kv_heads = kKvHeads, .group_chunks = cuda::decode_group_chunks(c.num_q_heads, kKvHeads),
+       .num_sms = dev.sms,
+       .blocks_per_sm = cuda::decode_blocks_per_sm(c.layout.k(0).format, c.layout.v(0).format, kHeadDim)});
+  return c;
+}
+
+// Decode attention of one case, all buffers carved from `arena`.
+DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t ctx, int64_t batch) {
+  const std::vector<int64_t> bytes = c.region_bytes(batch);
+  uint8_t* pool = arena.at<uint8_t>(kPool, bytes[kPool]);
+  int32_t* d_tables = arena.at<int32_t>(kTables, bytes[kTables]);
+  int32_t* d_plan = arena.at<int32_t>(kPlan, bytes[kPlan]);
+  float* q = arena.at<float>(kQ, bytes[kQ]);
+  NIBBLE_CUDA_CHECK(cudaMemset(pool, 0x33, bytes[kPool]));
+  // Page tables per copy [copies][batch][pages_per_seq]; pages of a sequence scattered (strided).
+  std::vector<int32_t> tables(c.copies * batch * c.pages_per_seq);
+  for (int k = 0; k < c.copies; ++k)
+    for (int64_t s = 0; s < batch; ++s)
+      for (int64_t p = 0; p < c.pages_per_seq; ++p)
+        tables[(k * batch + s) * c.pages_per_seq + p] = static_cast<int32_t>(k * c.pages_per_copy + p * batch + s);
+  NIBBLE_CUDA_CHECK(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
+  const std::vector<int32_t> packed = c.plan.packed();
+  NIBBLE_CUDA_CHECK(cudaMemcpy(d_plan, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice));
+  NIBBLE_CUDA_CHECK(cudaMemset(q, 0x3C, bytes[kQ]));
+
+  cuda::DecodeAttentionParams params{.q = q, .out = arena.at<float>(kOut, bytes[kOut]), .pool = pool,
+                                     .page_tables = d_tables, .plan_device = d_plan,
+                                     .plan = &c.plan, .partial_out = arena.at<float>(kPartialOut, bytes[kPartialOut]),
+                                     .partial_lse = arena.at<float>(kPartialLse, bytes[kPartialLse]),
+                                     .num_q_heads = c.num_q_heads,
+                                     .max_pages_per_seq = c.pages_per_seq, .page_bytes = c.layout.page_bytes(),
+                                     .k_layout = c.layout.k(0), .v_layout = c.layout.v(0),
+                                     .softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim))};
+  const double seconds = median_seconds(
+      [&](int copy) {
+        params.page_tables = d_tables + copy * batch * c.pages_per_seq;
+        cuda::decode_attention(params, nullptr);
+      },
+      c.copies);
+  return {seconds, c.io_bytes(ctx, batch) / seconds * 1e-9};
+}
+
+struct WriteShape {
+  int64_t tokens;
+  float g;  // the global scale of K and V (1 = SGLang's recipe; a power of two takes the exact
+            // multiply path, anything else the true division)
+};
+
+// Bytes per arena region of the write path for `tokens` tokens in `dtype`.
+std::vector<int64_t> write_region_bytes(KvDtype dtype, int64_t tokens) {
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, kPageSize);
+  const int64_t pages = (tokens + kPageSize - 1) / kPageSize;
+  std::vector<int64_t> b(kNumRegions, 0);
+  b[kPool] = pages * layout.page_bytes();
+  b[kWriteK] = b[kWriteV] = tokens * kKvHeads * kHeadDim * 4;
+  b[kWritePositions] = b[kWriteSeqs] = tokens * 4;
+  b[kWriteTable] = pages * 4;
+  return b;
+}
+
+// Seconds per kv_write call of `w.tokens` tokens in `dtype` (one sequence), buffers from `arena`.
+double bench_write(const DeviceArena& arena, KvDtype dtype, const WriteShape& w) {
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, kPageSize);
+  const int64_t tokens = w.tokens;
+  const int64_t pages = (tokens + kPageSize - 1) / kPageSize;
+  const std::vector<int64_t> bytes = write_region_bytes(dtype, tokens);
+  const int64_t elems = tokens * kKvHeads * kHeadDim;
+  float* k = arena.at<float>(kWriteK, bytes[kWriteK]);
+  float* v = arena.at<float>(kWriteV, bytes[kWriteV]);
+  int32_t* d_pos = arena.at<int32_t>(kWritePositions, bytes[kWritePositions]);
+  int32_t* d_seq = arena.at<int32_t>(kWriteSeqs, bytes[kWriteSeqs]);
+  int32_t* d_table = arena.at<int32_t>(kWriteTable, bytes[kWriteTable]);
+  NIBBLE_CUDA_CHECK(cudaMemset(k, 0x3C, elems * 4));
+  NIBBLE_CUDA_CHECK(cudaMemset(v, 0xBC, elems * 4));
+  std::vector<int32_t> positions(tokens), seqs(tokens, 0), table(pages);
+  std::iota(positions.begin(), positions.end(), 0);
+  std::iota(table.begin(), table.end(), 0);
+  NIBBLE_CUDA_CHECK(cudaMemcpy(d_pos, positions.data(), tokens * 4, cudaMemcpyHostToDevice));
+  NIBBLE_CUDA_CHECK(cudaMemcpy(d_seq, seqs.data(), tokens * 4, cudaMemcpyHostToDevice));
+  NIBBLE_CUDA_CHECK(cudaMemcpy(d_table, table.data(), pages * 4, cudaMemcpyHostToDevice));
+  const cuda::KvWriteParams params{.k = k, .v = v, .positions = d_pos, .row_sequence = d_seq, .page_tables = d_table,
+                                   .pool = arena.at<uint8_t>(kPool, bytes[kPool]), .num_tokens = tokens,
+                                   .max_pages_per_seq = pages, .page_bytes = layout.page_bytes(),
+                                   .k_layout = layout.k(0), .v_layout = layout.v(0), .k_global_scale = w.g,
+                                   .v_global_scale = w.g};
+  return median_seconds([&](int) { cuda::kv_write(params, nullptr); }, 1);
+}
+
+// Bytes one kv_write call of `tokens` tokens moves: the f32 K and V read + the stored cache bytes.
+double write_io_bytes(KvDtype dtype, int64_t tokens) {
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, kPageSize);
+  return 2.0 * tokens * kKvHeads * kHeadDim * 4 + static_cast<double>(tokens) * layout.bytes_per_token_per_layer();
+}
+
+// Times fn(format) for each format in `order`, then (both_orders) again in reverse order.
+// Returns per format {forward seconds, reverse seconds (= forward if !both_orders)}.
+template <typename Fn>
+std::map<KvDtype, std::pair<double, double>> time_both_orders(const std::vector<KvDtype>& order, bool both_orders,
+                                                              Fn&& fn) {
+  std::map<KvDtype, std::pair<double, double>> t;
+  for (KvDtype d : order) t[d].first = fn(d);
+  if (!both_orders) {
+    for (auto& [d, s] : t) s.second = s.first;
+    return t;
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) t[*it].second = fn(*it);
+  return t;
+}
+
+// max over formats (both times > 0) of |fwd - rev| / min(fwd, rev); 0 if none.
+double order_spread(const std::map<KvDtype, std::pair<double, double>>& t) {
+  double spread = 0;
+  for (const auto& [d, s] : t)
+    if (s.first > 0 && s.second > 0)
+      spread = std::max(spread, std::abs(s.first - s.second) / std::min(s.first, s.second));
+  return spread;
+}
 
 // "4:32768:32,8:1024:256" -> shapes; throws on anything else.
 std::vector<Shape> parse_shapes(const std::string& text) {
@@ -229,7 +342,7 @@ std::vector<KvDtype> parse_formats(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, run_decode = true, run_write = true;
+  bool quick = false, run_decode = true, run_write = true, both_orders = true;
   std::string json_path, shapes_arg, formats_arg;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -245,36 +358,36 @@ int main(int argc, char** argv) {
       run_write = false;
     } else if (arg == "--write-only") {
       run_decode = false;
+    } else if (arg == "--one-order") {
+      both_orders = false;
     } else {
       fmt::print(stderr,
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
-                 "[--no-write | --write-only]\nunknown argument '{}'\n",
+                 "[--no-write | --write-only] [--one-order]\nunknown argument '{}'\n",
                  argv[0], arg);
       return 2;
     }
   }
   try {
     const Device dev = query_device();
-    // Practical read bandwidth: a read-only pass over 2 GiB, and a device-to-device copy (read+write).
-    const int64_t probe_bytes = int64_t{2} << 30;
-    DeviceMem probe(probe_bytes), probe2(probe_bytes), sink(16);
-    NIBBLE_CUDA_CHECK(cudaMemset(probe.p, 1, probe_bytes));
-    const double read_s = bench::time_read(probe.p, probe_bytes, sink.as<unsigned>(), dev.sms, 6);
-    const double read_gbps = probe_bytes / read_s * 1e-9;
-    const double copy_s = median_seconds(
-        [&](int) { NIBBLE_CUDA_CHECK(cudaMemcpyAsync(probe2.p, probe.p, probe_bytes, cudaMemcpyDeviceToDevice)); }, 1);
-    const double copy_gbps = 2.0 * probe_bytes / copy_s * 1e-9;
+    double read_gbps = 0, copy_gbps = 0;
+    {
+      // Practical read bandwidth: a read-only pass over 2 GiB, and a device-to-device copy (read+write).
+      // Freed before the arena is allocated.
+      const int64_t probe_bytes = int64_t{2} << 30;
+      DeviceMem probe(probe_bytes), probe2(probe_bytes), sink(16);
+      NIBBLE_CUDA_CHECK(cudaMemset(probe.p, 1, probe_bytes));
+      const double read_s = bench::time_read(probe.p, probe_bytes, sink.as<unsigned>(), dev.sms, 6);
+      read_gbps = probe_bytes / read_s * 1e-9;
+      const double copy_s = median_seconds(
+          [&](int) { NIBBLE_CUDA_CHECK(cudaMemcpyAsync(probe2.p, probe.p, probe_bytes, cudaMemcpyDeviceToDevice)); },
+          1);
+      copy_gbps = 2.0 * probe_bytes / copy_s * 1e-9;
+    }
     fmt::print("device: {} ({} SMs, L2 {} MiB)\nread bandwidth (read-only kernel): {:.0f} GB/s; "
                "device-to-device copy (read+write): {:.0f} GB/s\n",
                dev.name, dev.sms, dev.l2_bytes >> 20, read_gbps, copy_gbps);
-    fmt::print("decode attention, head_dim {}, page {}, {} KV heads, q f32, output f32; GB/s counts KV bytes "
-               "(incl. scales) + q + output; %BW = of the read bandwidth above\n\n",
-               kHeadDim, kPageSize, kKvHeads);
 
-    nlohmann::json report;
-    report["device"] = dev.name;
-    report["read_gbps"] = read_gbps;
-    report["copy_gbps"] = copy_gbps;
     const std::vector<KvDtype> dtypes = formats_arg.empty()
                                             ? std::vector<KvDtype>{KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4,
                                                                    KvDtype::kK8V4}
@@ -290,17 +403,63 @@ int main(int argc, char** argv) {
         for (int64_t ctx : contexts)
           for (int64_t batch : batches) shapes.push_back({group, ctx, batch});
     }
+    if (!run_decode) shapes.clear();
+    const std::vector<WriteShape> write_shapes =
+        run_write ? std::vector<WriteShape>{{256, 1.0f}, {4096, 1.0f}, {65536, 1.0f}, {65536, 0.37f}}
+                  : std::vector<WriteShape>{};
+
+    // One arena for every case of the run, sized before the first one is timed.
+    ArenaLayout arena_layout(kNumRegions);
+    for (const Shape& shape : shapes)
+      for (KvDtype d : dtypes)
+        if (const std::optional<DecodeCase> c = make_decode_case(dev, d, shape))
+          arena_layout.require(c->region_bytes(shape.batch));
+    for (const WriteShape& w : write_shapes)
+      for (KvDtype d : dtypes) arena_layout.require(write_region_bytes(d, w.tokens));
+    const DeviceArena arena(arena_layout);
+    const double gib = double(int64_t{1} << 30);
+    fmt::print("device arena: {:.2f} GiB allocated once for all shapes and formats (KV pool region {:.2f} GiB at "
+               "its base, other buffers at fixed offsets); nothing is allocated or freed between cases\n",
+               arena.bytes() / gib, arena_layout.region_bytes(kPool) / gib);
+    const std::string timing =
+        both_orders ? "time = min of the medians of two passes per shape (formats in the given order, then reversed); "
+                      "order spread = max over formats of |fwd - rev| / min(fwd, rev)"
+                    : "time = median of one pass per shape, formats in the given order (--one-order)";
+    fmt::print("{}\n", timing);
+    fmt::print("decode attention, head_dim {}, page {}, {} KV heads, q f32, output f32; GB/s counts KV bytes "
+               "(incl. scales) + q + output; %BW = of the read bandwidth above\n\n",
+               kHeadDim, kPageSize, kKvHeads);
+
+    nlohmann::json report;
+    report["device"] = dev.name;
+    report["read_gbps"] = read_gbps;
+    report["copy_gbps"] = copy_gbps;
+    report["arena_bytes"] = arena.bytes();
+    report["orders"] = both_orders ? 2 : 1;
+    report["timing"] = timing;
+
     std::string header = fmt::format("{:>4} {:>7} {:>6} |", "gqa", "ctx", "batch");
     for (KvDtype d : dtypes) header += fmt::format(" {:>22} |", fmt::format("{} us GB/s %BW", quant::kv_dtype_name(d)));
-    header += " nvfp4/fp8 fp8/bf16";
+    header += " nvfp4/fp8 fp8/bf16 order spread";
     if (run_decode) fmt::print("{}\n", header);
-    for (const Shape& shape : run_decode ? shapes : std::vector<Shape>{}) {
+    for (const Shape& shape : shapes) {
       const int group = shape.group;
       const int64_t ctx = shape.ctx, batch = shape.batch;
+      std::map<KvDtype, std::optional<DecodeCase>> cases;
+      for (KvDtype d : dtypes) cases[d] = make_decode_case(dev, d, shape);
+      const auto times = time_both_orders(dtypes, both_orders, [&](KvDtype d) {
+        return cases[d] ? bench_decode(arena, *cases[d], ctx, batch).seconds : 0.0;
+      });
+      const double spread = order_spread(times);
       std::map<KvDtype, DecodeResult> results;
       std::string line = fmt::format("{:>4} {:>7} {:>6} |", group, ctx, batch);
       for (KvDtype d : dtypes) {
-        const DecodeResult r = bench_decode(dev, d, group, ctx, batch);
+        const auto [fwd, rev] = times.at(d);
+        DecodeResult r;
+        if (fwd > 0 && rev > 0) {
+          r.seconds = std::min(fwd, rev);
+          r.gbps = cases[d]->io_bytes(ctx, batch) / r.seconds * 1e-9;
+        }
         results[d] = r;
         line += r.seconds > 0 ? fmt::format(" {:>8.1f} {:>6.0f} {:>5.1f}% |", r.seconds * 1e6, r.gbps,
                                             100.0 * r.gbps / read_gbps)
@@ -308,35 +467,40 @@ int main(int argc, char** argv) {
         if (r.seconds > 0) {
           report["decode"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"group", group}, {"ctx", ctx},
                                       {"batch", batch}, {"seconds", r.seconds}, {"gbps", r.gbps},
-                                      {"fraction_of_read_bw", r.gbps / read_gbps}});
+                                      {"fraction_of_read_bw", r.gbps / read_gbps}, {"seconds_forward", fwd},
+                                      {"seconds_reverse", rev}, {"order_spread", spread}});
         }
       }
       auto ratio = [&](KvDtype a, KvDtype b) {
         return results[a].seconds > 0 && results[b].seconds > 0 ? results[a].seconds / results[b].seconds : NAN;
       };
-      line += fmt::format(" {:>9.3f} {:>8.3f}", ratio(KvDtype::kNVFP4, KvDtype::kFP8), ratio(KvDtype::kFP8, KvDtype::kBF16));
+      line += fmt::format(" {:>9.3f} {:>8.3f} {:>12}", ratio(KvDtype::kNVFP4, KvDtype::kFP8),
+                          ratio(KvDtype::kFP8, KvDtype::kBF16),
+                          both_orders ? fmt::format("{:.1f}%", 100.0 * spread) : std::string("-"));
       fmt::print("{}\n", line);
       std::fflush(stdout);
     }
 
     if (run_write) {
-      fmt::print("\nwrite path (f32 K/V in, quantize + store), {} KV heads, head_dim {}; GB/s = input + stored bytes\n",
+      fmt::print("\nwrite path (f32 K/V in, quantize + store), {} KV heads, head_dim {}; GB/s = input + stored bytes; "
+                 "same arena, same two-order timing\n",
                  kKvHeads, kHeadDim);
-      struct WriteShape {
-        int64_t tokens;
-        float g;
-      };
-      for (const WriteShape w : {WriteShape{256, 1.0f}, WriteShape{4096, 1.0f}, WriteShape{65536, 1.0f},
-                                 WriteShape{65536, 0.37f}}) {
+      for (const WriteShape& w : write_shapes) {
+        const auto times =
+            time_both_orders(dtypes, both_orders, [&](KvDtype d) { return bench_write(arena, d, w); });
+        const double spread = order_spread(times);
         std::string line = fmt::format("tokens {:>6} g {:<4} |", w.tokens, w.g);
         for (KvDtype d : dtypes) {
-          double gbps = 0;
-          const double s = bench_write(d, w.tokens, w.g, &gbps);
+          const auto [fwd, rev] = times.at(d);
+          const double s = std::min(fwd, rev);
+          const double gbps = write_io_bytes(d, w.tokens) / s * 1e-9;
           line += fmt::format(" {} {:.1f} us {:.0f} GB/s ({:.1f}%) |", quant::kv_dtype_name(d), s * 1e6, gbps,
                               100.0 * gbps / read_gbps);
           report["write"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"tokens", w.tokens}, {"g", w.g},
-                                     {"seconds", s}, {"gbps", gbps}, {"fraction_of_read_bw", gbps / read_gbps}});
+                                     {"seconds", s}, {"gbps", gbps}, {"fraction_of_read_bw", gbps / read_gbps},
+                                     {"seconds_forward", fwd}, {"seconds_reverse", rev}, {"order_spread", spread}});
         }
+        line += both_orders ? fmt::format(" order spread {:.1f}%", 100.0 * spread) : std::string();
         fmt::print("{}\n", line);
       }
     }

@@ -123,18 +123,21 @@ void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   args.v_global_scale = static_cast<float>(g_v);
   args.rotate = p.rotation == quant::Rotation::kHadamard;
 
+  args.num_work = plan.num_work;
   const dim3 grid(static_cast<unsigned>(plan.num_work), static_cast<unsigned>(kv_heads * group_chunks));
+  // The tensor-core kernel takes a 1-D grid of num_work × (kv_heads · group_chunks) blocks.
+  const dim3 grid_tc(static_cast<unsigned>(plan.num_work * kv_heads * group_chunks));
   const int hd = static_cast<int>(head_dim);
   if (kf == ElemFormat::kF32 && vf == ElemFormat::kF32) {
     detail::launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(args, hd, max_group, grid, stream);
   } else if (kf == ElemFormat::kBF16 && vf == ElemFormat::kBF16) {
-    detail::launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(args, hd, grid, stream);
+    detail::launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(args, hd, grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kFP8) {
-    detail::launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(args, hd, grid, stream);
+    detail::launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(args, hd, grid_tc, stream);
   } else if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
-    detail::launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(args, hd, grid, stream);
+    detail::launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(args, hd, grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4) {
-    detail::launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(args, hd, grid, stream);
+    detail::launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(args, hd, grid_tc, stream);
   } else {
     NIBBLE_FAIL("decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",
                 quant::elem_format_name(kf), quant::elem_format_name(vf));

@@ -47,7 +47,7 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
 void launch_decode_tc_shape(const DecodeKernelArgs& args, dim3 grid, cudaStream_t stream) {
   using T = TcTraits<KF, VF, kHeadDim>;
-  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim>;
+  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, tc_steps(KF, VF, kHeadDim)>;
   static std::once_flag smem_raised;  // one per instantiation
   std::call_once(smem_raised, [&] {
     NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));

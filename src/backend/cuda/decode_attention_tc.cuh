@@ -3,11 +3,12 @@
 // in decode_attention.cuh). Host entry point: decode_attention.h.
 //
 // Work decomposition: one block (4 warps) = one work item of the split plan × one KV head × up to 8
-// query heads of its GQA group. Each warp streams its own 16-token chunks of the item (chunks w,
-// w+4, ...) through a private ring of cp.async stages (tc_geometry: 2..8 stages), so there is no
-// block barrier in the main loop; the warps' (m, l, O) are merged once at the end.
+// query heads of its GQA group; a 1-D grid with the head chunks of an item in consecutive blocks.
+// Each warp streams its own steps of kSteps 16-token chunks (tc_steps: 2 for nvfp4 at head_dim 128,
+// else 1; steps w, w+4, ...) through a private ring of cp.async stages (tc_geometry: 2..8 stages),
+// so there is no block barrier in the main loop; the warps' (m, l, O) are merged once at the end.
 //
-// Per 16-token chunk, one warp:
+// Per 16-token chunk, one warp (one softmax per step):
 //   QK  mma.sync m16n8k16, A = Q (rows 0-7 = the 8 heads' high halves, rows 8-15 = their low
 //       halves: q = hi + lo in f16/bf16 gives ~22/16 significant bits at no extra MMA cost),
 //       B = K^T (8 tokens per n-tile, 2 n-tiles). K is decoded from shared memory straight into B
@@ -16,8 +17,10 @@
 //       inside a k-step is free, so every thread reads whole 16-byte pieces of its token's row and
 //       Q's fragments are permuted the same way (k_dim()).
 //   softmax  online, in registers (a quad of lanes holds one head's 16 scores), exp2 domain.
-//   PV  A = P (hi/lo again, straight from the QK accumulators), B = V (16 tokens × 8 dims per
-//       n-tile): token pairs at one dim are built with byte permutes, then converted as for K.
+//   PV  transposed, O^T += V^T · P^T (pv_pair): A = V^T (16 dims × 16 tokens: two V n-tiles),
+//       B = P^T straight from the QK accumulators (hi and lo halves: two MMAs), so O^T takes
+//       head_dim/16 accumulator tiles (32 registers at head_dim 128, half of P in A). Token pairs at
+//       one dim are built with byte permutes, then converted as for K.
 // Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is f32 accumulation.
 //
 // Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments),
@@ -64,9 +67,10 @@ struct TcTraits {
   // Full chunks take the copy path without size arithmetic; bf16 head_dim 256 (2 blocks/SM, 255
   // registers) keeps the single path, the second one made it spill.
   static constexpr bool kFastCopy = !(KF == ElemFormat::kBF16 && kHeadDim == 256);
-  // QK in two MMA chains (even / odd k-steps): shorter dependency chains, 4 more registers; fp8/fp8
-  // is already at the 128-register bound of 4 blocks per SM and would spill, as would head_dim 256.
-  static constexpr bool kQkTwoChains = !(KF == ElemFormat::kFP8 && VF == ElemFormat::kFP8) && kHeadDim <= 128;
+  // QK in two MMA chains (even / odd k-steps): shorter dependency chains, 4 more registers (head_dim
+  // 256 would spill). Since O is kept transposed (pv_pair, 32 registers at head_dim 128) every format
+  // has them to spare, fp8/fp8 included.
+  static constexpr bool kQkTwoChains = kHeadDim <= 128;
   // Stored unit values are scaled into f16 by these powers of two (nvfp4: unit · 2^-8).
   static constexpr float kKUnitMult = KF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
   static constexpr float kVUnitMult = VF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
@@ -142,11 +146,13 @@ __device__ __forceinline__ void copy_chunk(uint8_t* st, const uint8_t* page_base
                                            int v_off, int vs_off, int n_valid, int lane) {
   copy_region<T::kKRow, 1, kFull>(st, page_base + (k_off + slot * T::kKRow), n_valid, lane);
   if constexpr (T::kKScaleRow > 0)
-    copy_region<T::kKScaleRow, 0, kFull>(st + T::kKBytes, page_base + (ks_off + slot * T::kKScaleRow), n_valid, lane);
+    copy_region<T::kKScaleRow, 0, kFull>(st + T::kKBytes, page_base + (ks_off + slot * T::kKScaleRow), n_valid,
+                                                lane);
   st += T::kKBytes + T::kKScaleBytes;
   copy_region<T::kVRow, 2, kFull>(st, page_base + (v_off + slot * T::kVRow), n_valid, lane);
   if constexpr (T::kVScaleRow > 0)
-    copy_region<T::kVScaleRow, 0, kFull>(st + T::kVBytes, page_base + (vs_off + slot * T::kVScaleRow), n_valid, lane);
+    copy_region<T::kVScaleRow, 0, kFull>(st + T::kVBytes, page_base + (vs_off + slot * T::kVScaleRow), n_valid,
+                                                 lane);
 }
 
 // 2^x on the special-function unit (x <= 0 here; -inf -> 0, results below 2^-126 flush to 0).
@@ -282,11 +288,26 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint3
   }
 }
 
-// PV for one chunk: o[nt] += P · V over the 16 tokens; thread (g, c) supplies tokens 2c, 2c+1,
-// 2c+8, 2c+9 at dims g·D/8 + nt.
+// The PV products of two consecutive n-tiles nt, nt + 1 (nt even) of the 16 tokens × 8 dims V tiles,
+// given their B registers (b0, b1 of nt; c0, c1 of nt + 1: tokens 2c, 2c+1 and 2c+8, 2c+9 at one
+// dim each). Computed transposed, O^T += V^T · P^T: A = V^T (rows 0-7 = nt's dims, rows 8-15 =
+// nt + 1's), B = P^T (8 heads; pa.x, pa.z = P's hi halves, pa.y, pa.w = its lo halves, two MMAs
+// into the same accumulator). O then takes kHeadDim/16 accumulator tiles, half the registers of
+// P in A (whose rows 8-15 carried P's lo halves): o[nt / 2][0..1] = the dim of n-tile nt at heads
+// 2c, 2c+1, [2..3] = the dim of nt + 1. Same MMA count.
+template <bool kBf16, int kOT>
+__device__ __forceinline__ void pv_pair(float (&o)[kOT][4], int nt, const uint4& pa, uint32_t b0, uint32_t b1,
+                                        uint32_t c0, uint32_t c1) {
+  const uint4 v = make_uint4(b0, c0, b1, c1);
+  mma16816<kBf16>(o[nt / 2], v, pa.x, pa.z);  // P hi: tokens 2c, 2c+1 | 2c+8, 2c+9 of head g
+  mma16816<kBf16>(o[nt / 2], v, pa.y, pa.w);  // P lo
+}
+
+// PV for one chunk over the 16 tokens; thread (g, c) supplies tokens 2c, 2c+1, 2c+8, 2c+9 at dims
+// g·D/8 + nt of V n-tiles nt (pv_pair: O^T += V^T · P^T, two n-tiles at a time).
 template <ElemFormat VF, int kHeadDim>
-__device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v_scales, int g, int c, int n_valid,
-                                         const uint4& pa, float (&o)[kHeadDim / 8][4]) {
+__device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v_scales, int g, int c,
+                                         const uint4& pa, float (&o)[kHeadDim / 16][4]) {
   constexpr int kRow = static_cast<int>(quant::data_bytes(VF, kHeadDim));
   constexpr int kGBytes = kRow / 8;  // bytes of one thread's dims in a row
   constexpr bool kBf16 = VF == ElemFormat::kBF16;
@@ -302,9 +323,8 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
       const uint32_t a2[4] = {w[2].x, w[2].y, w[2].z, w[2].w}, a3[4] = {w[3].x, w[3].y, w[3].z, w[3].w};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        mma16816<kBf16>(o[8 * s + 2 * q], pa, __byte_perm(a0[q], a1[q], 0x5410), __byte_perm(a2[q], a3[q], 0x5410));
-        mma16816<kBf16>(o[8 * s + 2 * q + 1], pa, __byte_perm(a0[q], a1[q], 0x7632),
-                        __byte_perm(a2[q], a3[q], 0x7632));
+        pv_pair<kBf16>(o, 8 * s + 2 * q, pa, __byte_perm(a0[q], a1[q], 0x5410), __byte_perm(a2[q], a3[q], 0x5410),
+                           __byte_perm(a0[q], a1[q], 0x7632), __byte_perm(a2[q], a3[q], 0x7632));
       }
     }
   } else if constexpr (VF == ElemFormat::kFP8) {
@@ -331,8 +351,8 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
         const uint32_t sel = k | ((k + 4) << 4) | ((k + 1) << 8) | ((k + 5) << 12);
         const uint32_t p01 = __byte_perm(w[0][q], w[1][q], sel);
         const uint32_t p23 = __byte_perm(w[2][q], w[3][q], sel);
-        mma16816<false>(o[4 * q + k], pa, e4m3x2_to_f16x2(p01), e4m3x2_to_f16x2(p23));
-        mma16816<false>(o[4 * q + k + 1], pa, e4m3x2_to_f16x2(p01 >> 16), e4m3x2_to_f16x2(p23 >> 16));
+        pv_pair<false>(o, 4 * q + k, pa, e4m3x2_to_f16x2(p01), e4m3x2_to_f16x2(p23), e4m3x2_to_f16x2(p01 >> 16),
+                           e4m3x2_to_f16x2(p23 >> 16));
       }
     }
   } else {  // kNVFP4
@@ -367,16 +387,25 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
         e2m1x8_pairs(x01, p01);
         e2m1x8_pairs(x23, p23);
 #pragma unroll
-        for (int p = 0; p < 4; ++p) mma16816<false>(o[nt + p], pa, hmul2_bits(p01[p], s01), hmul2_bits(p23[p], s23));
+        for (int p = 0; p < 4; p += 2) {
+          pv_pair<false>(o, nt + p, pa, hmul2_bits(p01[p], s01), hmul2_bits(p23[p], s23), hmul2_bits(p01[p + 1], s01),
+                             hmul2_bits(p23[p + 1], s23));
+        }
       }
     }
   }
 }
 
-template <ElemFormat KF, ElemFormat VF, int kHeadDim>
+// kSteps: 16-token chunks per warp step (1 or 2, tc_steps): warp w takes chunks kSteps·w ..
+// kSteps·w + kSteps - 1, then kSteps·(w + 4) ..; one softmax, one rescale vote and one ring wait per
+// step, and two chunks' MMA chains to interleave.
+template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps>
 __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBlocks)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
   using T = TcTraits<KF, VF, kHeadDim>;
+  constexpr int kOT = T::kNTiles / 2;  // O^T accumulator tiles (pv_pair)
+  static_assert(kSteps == 1 || kSteps == 2, "1 or 2 chunks per step");
+  static_assert(T::kStages > kSteps, "the ring must hold a step plus at least one chunk in flight");
   constexpr int D = kHeadDim;
   extern __shared__ uint4 smem_u4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
@@ -388,9 +417,14 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, c = lane % 4;
-  const int item = blockIdx.x;
-  const int kv_head = blockIdx.y / a.group_chunks;
-  const int chunk_of_group = blockIdx.y % a.group_chunks;
+  // 1-D grid of num_work × (kv_heads · group_chunks) blocks: the head chunks of one item are
+  // consecutive blocks, so they run together and read the same pages (measured 0-2% faster than
+  // items first, most at short contexts).
+  const int head_chunks = gridDim.x / a.num_work;
+  const int item = blockIdx.x / head_chunks;
+  const int head_chunk = blockIdx.x - item * head_chunks;
+  const int kv_head = head_chunk / a.group_chunks;
+  const int chunk_of_group = head_chunk % a.group_chunks;
   const int seq = a.work_seq[item];
   const int begin = a.work_begin[item];
   const int end = a.work_end[item];
@@ -444,127 +478,159 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   }
   __syncthreads();  // qfrag ready; q staging is dead, the stages may be written
 
-  // ---- main loop: this warp's chunks w, w+4, ... through its ring of stages ---------------------------
-  const int n_chunks = (end - begin + kTcChunk - 1) / kTcChunk;
-  const int n_local = n_chunks > warp ? (n_chunks - warp + kTcWarps - 1) / kTcWarps : 0;
+  // ---- main loop: this warp's steps w, w+4, ... (kSteps chunks each) through its ring of stages ----------
+  constexpr int kStepTokens = kSteps * kTcChunk;
+  const int n_steps = (end - begin + kStepTokens - 1) / kStepTokens;
+  const int n_local_steps = n_steps > warp ? (n_steps - warp + kTcWarps - 1) / kTcWarps : 0;
+  const int n_local = kSteps * n_local_steps;  // chunks, a last step's empty tail chunk included
   uint8_t* ring = work + warp * T::kStages * T::kStageBytes;
   const cache::KvPartLayout& KL = a.k_layout;
   const cache::KvPartLayout& VL = a.v_layout;
 
   // Chunk cursor of this warp: its next chunk to copy (tokens cursor_tok .. +15), the page-table index
-  // and slot of that token, and the page, read one chunk ahead of its use. Advancing by 4 chunks
-  // needs no division; all offsets inside a page are 32-bit.
+  // and slot of that token, and the page, read one chunk ahead of its use. Advancing needs no
+  // division; all offsets inside a page are 32-bit.
   const int page_size = static_cast<int>(KL.page_size);
   const int k_off = static_cast<int>(KL.data_at(kv_head, 0));
   const int ks_off = static_cast<int>(KL.scales_at(kv_head, 0));
   const int v_off = static_cast<int>(VL.data_at(kv_head, 0));
   const int vs_off = static_cast<int>(VL.scales_at(kv_head, 0));
-  int cursor_tok = begin + warp * kTcChunk;
+  int cursor_tok = begin + warp * kStepTokens;
   int cursor_pidx = cursor_tok / page_size;
   int cursor_slot = cursor_tok - cursor_pidx * page_size;
   int32_t cursor_page = cursor_tok < end ? page_table[cursor_pidx] : 0;
-  auto issue = [&](int slot) {  // copies the cursor's chunk into stage `slot`, then advances
+  // Copies the cursor's chunk into stage `slot`, then advances by `advance` tokens (16 inside a step,
+  // to the warp's next step after its last chunk). A chunk wholly past the end (a step's tail) is
+  // zero-filled from the last page read: its scores are masked and its V is zero.
+  auto issue = [&](int slot, int advance) {
     const int n_valid = min(kTcChunk, end - cursor_tok);
     const uint8_t* page_base = a.pool + static_cast<int64_t>(cursor_page) * a.page_bytes;
     uint8_t* st = ring + slot * T::kStageBytes;
-    if constexpr (T::kFastCopy) {
-      if (n_valid == kTcChunk) {  // warp-uniform
-        copy_chunk<T, true>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
-      } else {
-        copy_chunk<T, false>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
-      }
+    if (T::kFastCopy && n_valid == kTcChunk) {  // warp-uniform
+      copy_chunk<T, true>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
     } else {
       copy_chunk<T, false>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
     }
-    cursor_tok += kTcWarps * kTcChunk;
-    cursor_slot += kTcWarps * kTcChunk;
+    cursor_tok += advance;
+    cursor_slot += advance;
     while (cursor_slot >= page_size) {
       cursor_slot -= page_size;
       ++cursor_pidx;
     }
     if (cursor_tok < end) cursor_page = page_table[cursor_pidx];
   };
+  // Token advance after local chunk j: the next chunk of the step, or the first of the warp's next step.
+  constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);
+  auto advance_after = [](int j) { return (j % kSteps) == kSteps - 1 ? kNextStep : kTcChunk; };
 
+  // Prologue: local chunks 0 .. kStages - kSteps - 1, one commit group each.
 #pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < n_local) issue(s);
+  for (int s = 0; s < T::kStages - kSteps; ++s) {
+    if (s < n_local) issue(s, advance_after(s));
     cp_async_commit();
   }
 
-  float o[T::kNTiles][4];
+  float o[kOT][4];
 #pragma unroll
-  for (int nt = 0; nt < T::kNTiles; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+  for (int nt = 0; nt < kOT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
   float m_run = -INFINITY, l_run = 0.0f;
 
-  int read_slot = 0, write_slot = T::kStages - 1;  // stage of chunk i, stage of chunk i + kStages - 1
-  for (int i = 0; i < n_local; ++i) {
-    if (i + T::kStages - 1 < n_local) issue(write_slot);
-    write_slot = write_slot + 1 == T::kStages ? 0 : write_slot + 1;
-    cp_async_commit();
-    cp_async_wait<T::kStages - 1>();
+  int read_slot = 0, write_slot = T::kStages - kSteps;  // stage of chunk i, of chunk i + kStages - kSteps
+  int step_tok = begin + warp * kStepTokens;           // first token of the current step
+  for (int i = 0; i < n_local; i += kSteps) {
+    // Copy the chunks kStages - kSteps ahead (one commit group each), then wait for this step's.
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      if (i + T::kStages - kSteps + u < n_local) issue(write_slot, advance_after(T::kStages - kSteps + u));
+      write_slot = write_slot + 1 == T::kStages ? 0 : write_slot + 1;
+      cp_async_commit();
+    }
+    cp_async_wait<T::kStages - kSteps>();
     __syncwarp();
 
-    const uint8_t* st = ring + read_slot * T::kStageBytes;
-    read_slot = read_slot + 1 == T::kStages ? 0 : read_slot + 1;
-    const uint8_t* k_data = st;
-    const uint8_t* k_scales = st + T::kKBytes;
-    const uint8_t* v_data = k_scales + T::kKScaleBytes;
-    const uint8_t* v_scales = v_data + T::kVBytes;
-    const int n_valid = min(kTcChunk, end - (begin + (warp + kTcWarps * i) * kTcChunk));
+    const uint8_t* st[kSteps];
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      st[u] = ring + read_slot * T::kStageBytes;
+      read_slot = read_slot + 1 == T::kStages ? 0 : read_slot + 1;
+    }
+    const int rem = end - step_tok;  // valid tokens from the step's first (> 0; may be < kStepTokens)
+    step_tok += kTcWarps * kStepTokens;
 
-    // QK: two n-tiles of 8 tokens; acc[t][0..1] = hi rows, [2..3] = lo rows of head g.
+    // QK: two n-tiles of 8 tokens per chunk; acc[t][0..1] = hi rows, [2..3] = lo rows of head g.
     // Even and odd k-steps accumulate separately: 4 independent MMA chains of kKSteps/2 instead of 2
     // of kKSteps (the chain latency, not issue, bounded a warp's step).
-    float acc[2][4];
+    // Scores of head g at chunk u's tokens 2c, 2c+1 (tile 0) and 8+2c, 9+2c (tile 1), log2 domain.
+    // (Two chunks per step give independent MMA chains already: one chain each, 4 fewer registers.)
+    constexpr bool kTwoChains = T::kQkTwoChains && kSteps == 1;
+    float s[kSteps][4];
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      uint32_t kb[T::kKRegs];
-      load_k_regs<KF, D>(k_data, k_scales, 8 * t + g, c, kb);
-      float acc_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    for (int u = 0; u < kSteps; ++u) {
+      const uint8_t* k_data = st[u];
+      const uint8_t* k_scales = st[u] + T::kKBytes;
+      float acc[2][4];
 #pragma unroll
-      for (int ks = 0; ks < T::kKSteps; ks += 2) {
-        mma16816<T::kQkBf16>(acc[t], qfrag[ks * 32 + lane], kb[2 * ks], kb[2 * ks + 1]);
-        mma16816<T::kQkBf16>(T::kQkTwoChains ? acc_odd : acc[t], qfrag[(ks + 1) * 32 + lane], kb[2 * ks + 2],
-                             kb[2 * ks + 3]);
+      for (int t = 0; t < 2; ++t) {
+        uint32_t kb[T::kKRegs];
+        load_k_regs<KF, D>(k_data, k_scales, 8 * t + g, c, kb);
+        float acc_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < T::kKSteps; ks += 2) {
+          mma16816<T::kQkBf16>(acc[t], qfrag[ks * 32 + lane], kb[2 * ks], kb[2 * ks + 1]);
+          mma16816<T::kQkBf16>(kTwoChains ? acc_odd : acc[t], qfrag[(ks + 1) * 32 + lane], kb[2 * ks + 2],
+                               kb[2 * ks + 3]);
+        }
+        if constexpr (kTwoChains) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[t][j] += acc_odd[j];
+        }
       }
-      if constexpr (T::kQkTwoChains) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[t][j] += acc_odd[j];
+      for (int t = 0; t < 2; ++t) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int tok = kTcChunk * u + 8 * t + 2 * c + j;
+          s[u][2 * t + j] = tok < rem ? (acc[t][j] + acc[t][j + 2]) * score_mult : -INFINITY;
+        }
       }
     }
-    // Scores of head g at tokens 2c, 2c+1 (tile 0) and 8+2c, 9+2c (tile 1), log2 domain.
-    float s[4];
+    float mx = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[0][2], s[0][3]));
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int tok = 8 * t + 2 * c + j;
-        s[2 * t + j] = tok < n_valid ? (acc[t][j] + acc[t][j + 2]) * score_mult : -INFINITY;
-      }
-    }
-    float mx = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
+    for (int u = 1; u < kSteps; ++u) mx = fmaxf(mx, fmaxf(fmaxf(s[u][0], s[u][1]), fmaxf(s[u][2], s[u][3])));
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-    const float m_new = fmaxf(m_run, mx);  // finite: token 0 of the chunk is valid
+    const float m_new = fmaxf(m_run, mx);  // finite: token 0 of the step is valid
     const float alpha = fast_exp2(m_run - m_new);
-    float p[4];
+    float p[kSteps][4];
+    float p_sum;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) p[j] = fast_exp2(s[j] - m_new);
-    l_run = l_run * alpha + (p[0] + p[1] + p[2] + p[3]);
+    for (int u = 0; u < kSteps; ++u) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) p[u][j] = fast_exp2(s[u][j] - m_new);
+      const float sum_u = p[u][0] + p[u][1] + p[u][2] + p[u][3];
+      p_sum = u == 0 ? sum_u : p_sum + sum_u;
+    }
+    l_run = l_run * alpha + p_sum;
     m_run = m_new;
     if (__any_sync(0xFFFFFFFFu, alpha != 1.0f)) {
+      // O^T: this thread's columns are heads 2c, 2c+1, whose alpha lanes 8c and 8c+4 hold.
+      const float alpha0 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c);
+      const float alpha1 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c + 4);
 #pragma unroll
-      for (int nt = 0; nt < T::kNTiles; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) o[nt][j] *= alpha;
+      for (int m = 0; m < kOT; ++m) {
+        o[m][0] *= alpha0, o[m][1] *= alpha1, o[m][2] *= alpha0, o[m][3] *= alpha1;
       }
     }
-    uint4 pa;
-    split_pair<T::kPvBf16>(p[0], p[1], pa.x, pa.y);  // k = tokens 2c, 2c+1: rows g (hi), g+8 (lo)
-    split_pair<T::kPvBf16>(p[2], p[3], pa.z, pa.w);  // k = tokens 8+2c, 9+2c
-    pv_chunk<VF, D>(v_data, v_scales, g, c, n_valid, pa, o);
-    __syncwarp();  // the next issue overwrites this stage
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      uint4 pa;
+      split_pair<T::kPvBf16>(p[u][0], p[u][1], pa.x, pa.y);  // k = tokens 2c, 2c+1: rows g (hi), g+8 (lo)
+      split_pair<T::kPvBf16>(p[u][2], p[u][3], pa.z, pa.w);  // k = tokens 8+2c, 9+2c
+      const uint8_t* v_data = st[u] + T::kKBytes + T::kKScaleBytes;
+      pv_chunk<VF, D>(v_data, v_data + T::kVBytes, g, c, pa, o);
+    }
+    __syncwarp();  // the next issue overwrites these stages
   }
   cp_async_wait<0>();
 
@@ -589,14 +655,23 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   };
   float* red = reinterpret_cast<float*>(work);  // [kTcWarps][8][D]
   {
-    float m_all, l_all;
-    merged(g, m_all, l_all);
-    const float sc = m_run == -INFINITY ? 0.0f : exp2f(m_run - m_all);
-    float* dst = red + (warp * 8 + g) * D;
+    // o[m][0..1]: dim g·D/8 + 2m, heads 2c, 2c+1; o[m][2..3]: dim g·D/8 + 2m + 1.
+    float sc[2];
 #pragma unroll
-    for (int nt = 0; nt < T::kNTiles; ++nt) {
-      dst[(2 * c) * (D / 8) + nt] = (o[nt][0] + o[nt][2]) * sc;
-      dst[(2 * c + 1) * (D / 8) + nt] = (o[nt][1] + o[nt][3]) * sc;
+    for (int k = 0; k < 2; ++k) {
+      float m_all, l_all;
+      merged(2 * c + k, m_all, l_all);
+      const float mw = m_w[warp * 8 + 2 * c + k];
+      sc[k] = mw == -INFINITY ? 0.0f : exp2f(mw - m_all);
+    }
+    float* dst0 = red + (warp * 8 + 2 * c) * D + g * (D / 8);
+    float* dst1 = dst0 + D;
+#pragma unroll
+    for (int m = 0; m < kOT; ++m) {
+      dst0[2 * m] = o[m][0] * sc[0];
+      dst1[2 * m] = o[m][1] * sc[1];
+      dst0[2 * m + 1] = o[m][2] * sc[0];
+      dst1[2 * m + 1] = o[m][3] * sc[1];
     }
   }
   __syncthreads();
