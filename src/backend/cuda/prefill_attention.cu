@@ -35,28 +35,40 @@ void launch_prefill(const PrefillAttentionParams& p, const __nv_bfloat16* k_bf16
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
-// The tile configurations built, per head_dim:
-// <D, warps, 16-row blocks per warp, keys per tile, min blocks/SM, Q in smem, K/V stages>.
-// kDefault (0-based) is the one tile 0 runs, chosen from bench_prefill_attention --tiles on the
-// H200 (2026-11-29, kernel TFLOP/s at seq 2K / 8K, 32/8 heads); configurations measured and no
-// longer built (dominated) are listed after a '-':
-//   d128: 8x32 smem 289.5/338.8 (default); 4x32 smem 293.1/330.4; 4x16 regs 252.6/287.5;
-//         - 8x16 regs 252.4/294.8; 4x16 regs 3 stages 255.2/288.5; 4x32 smem 3 stages 229.6/267.1
-//   d64:  4x32 regs 247.4/281.4 (default); 4x32 smem 245.8/281.0;
-//         - 4x16 regs 233.8/259.3; 4x32 regs 3 stages 246.2/279.2
-//   d256: 4x16 regs 32 keys 241.9/268.9 (default); 4x16 smem 32 keys 239.2/262.8;
+// The tile configurations built, per head_dim: <D, warps, 16-row blocks per warp, keys per tile,
+// min blocks/SM, Q in smem, K/V stages, schedule (prefill_tile.cuh: kBaseline unless named)>.
+// kDefault (0-based) is the one tile 0 runs (and the backend uses), chosen from
+// bench_prefill_attention --tiles on the H200 (2026-11-30, kernel TFLOP/s at seq 2K / 8K, causal,
+// 32/8 heads); configurations measured and no longer built (dominated) are listed after a '-':
+//   d128: 8x32 smem lazy rescale 329.1/389.5 (default); 8x32 smem 294.0/342.7 (the previous default,
+//         kept for comparison); 4x32 smem 32 keys 3 stages pipelined, 2 blocks/SM 313.5/361.0;
+//         - 4x32 smem 301.6/341.6; 4x16 regs 267.9/310.1; 8x32 smem 32 keys 3 stages pipelined 268.9/310.4;
+//           8x16 regs 252.4/294.8; 4x16 regs 3 stages 255.2/288.5; 4x32 smem 3 stages 229.6/267.1
+//   d64:  4x32 regs lazy rescale 289.3/332.8 (default); 4x32 regs 267.6/302.5;
+//         - 4x32 smem 256.0/291.4; 4x16 regs 233.8/259.3; 4x32 regs 3 stages 246.2/279.2
+//   d256: 4x16 regs 32 keys 270.5/304.5 (default); 4x16 smem 32 keys 252.3/279.0;
 //         - 4x16 smem 64 keys 209.9/238.4
+// Registers / spill bytes (ptxas -v, sm_90) and SASS instructions of the d128 key loop per 64 keys
+// (all include 256 HMMA; "common path": no causal mask, no rescale):
+//   8x32 baseline   255 regs / 68 B (8 LDL + 4 STL per tile)   ~1290 common path (exp2f 4 instr., rescale always)
+//   8x32 lazy       255 regs / 8 B (1 LDL per tile)             ~840
+//   4x32 pipelined  251 regs / 0                                 ~960 (2 x 32-key iterations, +16 LDSM of Q)
+// To switch the default after a measurement: set kDefault below (0-based index into List = the
+// bench's tile number - 1, the "tile N" comments); every tile in List is tested
+// (tests/backend/cuda_prefill), so any of them may be the default.
 template <int D>
 struct PrefillTiles;
 template <>
 struct PrefillTiles<64> {
-  using List = std::tuple<PrefillTile<64, 4, 2, 64, 2>, PrefillTile<64, 4, 2, 64, 2, true>>;
+  using List = std::tuple<PrefillTile<64, 4, 2, 64, 2, false, 2, PrefillSchedule::kLazyRescale>,  // tile 1
+                          PrefillTile<64, 4, 2, 64, 2>>;                                          // tile 2
   static constexpr int kDefault = 0;
 };
 template <>
 struct PrefillTiles<128> {
-  using List = std::tuple<PrefillTile<128, 8, 2, 64, 1, true>, PrefillTile<128, 4, 2, 64, 1, true>,
-                          PrefillTile<128, 4, 1, 64, 2>>;
+  using List = std::tuple<PrefillTile<128, 8, 2, 64, 1, true, 2, PrefillSchedule::kLazyRescale>,     // tile 1
+                          PrefillTile<128, 8, 2, 64, 1, true>,                                        // tile 2
+                          PrefillTile<128, 4, 2, 32, 2, true, 3, PrefillSchedule::kPipelined>>;      // tile 3
   static constexpr int kDefault = 0;
 };
 template <>
@@ -95,7 +107,10 @@ std::string tile_name(int index) {
       return std::to_string(T::kWarps) + " warps x " + std::to_string(T::kRowsWarp) + " rows (" +
              std::to_string(T::kRowsQ) + "/block), " + std::to_string(T::kKeys) + " keys/tile, >=" +
              std::to_string(T::kMinBlocks) + " blocks/SM" +
-             (T::kQInSmem ? ", Q in smem" : ", Q in registers") + ", " + std::to_string(T::kStages) + " stages";
+             (T::kQInSmem ? ", Q in smem" : ", Q in registers") + ", " + std::to_string(T::kStages) + " stages" +
+             (T::kSchedule == PrefillSchedule::kLazyRescale ? ", lazy rescale"
+              : T::kPipelined                               ? ", pipelined (lazy rescale)"
+                                                            : "");
     }
     return tile_name<D, I + 1>(index);
   }

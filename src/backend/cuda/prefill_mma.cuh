@@ -1,7 +1,7 @@
 #pragma once
 // Warp-level tensor-core primitives for the prefill flash kernel (sm_80+ PTX, run on sm_90):
 // cp.async 16-byte copies with zero fill, ldmatrix (plain and transposed) and
-// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32.
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, and a one-instruction exp2.
 //
 // Fragment layouts of m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
 // g = lane / 4 (group) and t = lane % 4 (thread in group):
@@ -63,6 +63,15 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x in one MUFU.EX2 (rel. error ~2^-22, far below the bf16 rounding of P that follows); results
+// below 2^-126 flush to 0 (a probability that small is already lost against the row's largest, >= 1),
+// -inf gives 0. exp2f() without fast-math adds three instructions per call for subnormal results.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // Two floats -> bf16x2 (round to nearest even), lo in the low half (the lower k / column index).

@@ -11,10 +11,11 @@
 //  - f32 inputs (what the model passes): the input rounding adds u on v and a score perturbation of
 //    about scale·sqrt(head_dim·E[q²k²])·u ~ 1.5e-3 logits (q in [-3, 3], k in [-1, 1]), so
 //    max |error| <= 1.5e-2, RMS <= 3e-3.
-// Sweeps: head_dim 64/128/256 × GQA 1/4/8 × lengths 1, 17, 63, 64, 65, 127, 129, 1000 (and 4096)
-// × every tile configuration built (cuda::prefill_tile_count), mixed-length batches, and a step of
-// prefill and extend sequences run as the backend would: prefill_attention plus chunk_attention with
-// skip_prefill.
+// Sweeps: head_dim 64/128/256 × GQA 1/4/8 × lengths 1, 17, 63, 64, 65, 127, 129, 1000, 4096 ×
+// every tile configuration built (cuda::prefill_tile_count: whichever becomes the default is
+// tested), bf16-exact and f32 inputs, mixed-length batches, and a step of prefill and extend
+// sequences run as the backend would: prefill_attention plus chunk_attention with skip_prefill.
+// Each case computes the CPU oracle once and runs every tile against it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,8 +49,14 @@ struct Shape {
   int64_t head_dim = 128;
   int64_t heads = 8;
   int64_t kv_heads = 2;
-  int tile = 0;  // 0: the default tile (cuda::prefill_tile_name)
 };
+
+// Tiles 1 .. prefill_tile_count(head_dim): every configuration built.
+std::vector<int> all_tiles(int64_t head_dim) {
+  std::vector<int> tiles(static_cast<size_t>(cuda::prefill_tile_count(head_dim)));
+  std::iota(tiles.begin(), tiles.end(), 1);
+  return tiles;
+}
 
 struct Errors {
   double max_abs = 0.0;
@@ -69,9 +76,9 @@ Errors compare(const std::vector<float>& got, const std::vector<float>& want, in
   return e;
 }
 
-std::string describe(const Shape& s, const std::vector<int64_t>& lens, bool exact) {
+std::string describe(const Shape& s, int tile, const std::vector<int64_t>& lens, bool exact) {
   std::string d = "head_dim " + std::to_string(s.head_dim) + " heads " + std::to_string(s.heads) + "/" +
-                  std::to_string(s.kv_heads) + " tile " + std::to_string(s.tile) +
+                  std::to_string(s.kv_heads) + " tile " + std::to_string(tile) +
                   (exact ? " bf16-exact" : " f32") + " lens";
   for (const int64_t len : lens) d += " " + std::to_string(len);
   return d;
@@ -91,14 +98,16 @@ class CudaPrefillAttention : public ::testing::Test {
  protected:
   void SetUp() override { NIBBLE_SKIP_WITHOUT_GPU(); }
 
-  // Prefill of sequences of `lens` new tokens (no cached prefix) on both backends; errors over all rows.
-  Errors run(const Shape& s, const std::vector<int64_t>& lens, bool bf16_exact) {
-    const std::vector<SeqSpec> seqs = [&] {
-      std::vector<SeqSpec> v;
-      for (const int64_t len : lens) v.push_back({.prefix = 0, .len = len});
-      return v;
-    }();
-    return run_step(s, seqs, bf16_exact).prefill;
+  // Prefill of sequences of `lens` new tokens (no cached prefix) on both backends, the GPU once per
+  // tile; checks every tile's errors over all rows.
+  void check_tiles(const Shape& s, const std::vector<int64_t>& lens, bool bf16_exact) {
+    std::vector<SeqSpec> seqs;
+    for (const int64_t len : lens) seqs.push_back({.prefix = 0, .len = len});
+    const std::vector<int> tiles = all_tiles(s.head_dim);
+    const std::vector<StepErrors> errors = run_step(s, seqs, bf16_exact, tiles);
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      expect_within(errors[i].prefill, bf16_exact, describe(s, tiles[i], lens, bf16_exact));
+    }
   }
 
   struct SeqSpec {
@@ -110,10 +119,12 @@ class CudaPrefillAttention : public ::testing::Test {
     Errors extend;   // rows of extend sequences (chunk_attention, f32)
   };
 
-  // One step on both backends. Sequences with a prefix are extends: their prefix K/V is written to
-  // an f32 pool first, and the GPU runs them with chunk_attention(skip_prefill) after
-  // prefill_attention, as the backend does.
-  StepErrors run_step(const Shape& s, const std::vector<SeqSpec>& seqs, bool bf16_exact) {
+  // One step on both backends: the CPU once, the GPU once per entry of `tiles` (0: the default), each
+  // into an output filled with NaN; one StepErrors per tile. Sequences with a prefix are extends:
+  // their prefix K/V is written to an f32 pool first, and the GPU runs them with
+  // chunk_attention(skip_prefill) after prefill_attention, as the backend does.
+  std::vector<StepErrors> run_step(const Shape& s, const std::vector<SeqSpec>& seqs, bool bf16_exact,
+                                   const std::vector<int>& tiles) {
     constexpr int64_t kPageSize = 16;
     const cache::PageLayout layout({.num_layers = 1, .kv_heads = s.kv_heads, .head_dim = s.head_dim}, KvDtype::kF32,
                                    kPageSize);
@@ -152,8 +163,21 @@ class CudaPrefillAttention : public ::testing::Test {
     }
     const StepPlan plan = make_step_plan(steps, kPageSize, num_pages);
     const int64_t t = plan.total_tokens;
-    const auto q = random_floats(t * q_width, rng, 3.0f, bf16_exact);  // sharper softmax than [-1, 1]
-    const auto k = random_floats(t * kv_width, rng, 1.0f, bf16_exact);
+    auto q = random_floats(t * q_width, rng, 3.0f, bf16_exact);  // sharper softmax than [-1, 1]
+    auto k = random_floats(t * kv_width, rng, 1.0f, bf16_exact);
+    if (key_ramp != 0.0f) {
+      // Dim 0: q = 3, k = key_ramp · position / 1000 (rounded to bf16 for bf16-exact inputs), so the
+      // running max keeps climbing through the sequence.
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        for (int64_t pos = 0; pos < seqs[i].len; ++pos) {
+          const int64_t row = plan.token_begin[i] + pos;
+          for (int64_t h = 0; h < s.heads; ++h) q[row * q_width + h * s.head_dim] = 3.0f;
+          float ramp = key_ramp * static_cast<float>(pos) / 1000.0f;
+          if (bf16_exact) ramp = quant::f32_from_bf16(quant::bf16_from_f32(ramp));
+          for (int64_t h = 0; h < s.kv_heads; ++h) k[row * kv_width + h * s.head_dim] = ramp;
+        }
+      }
+    }
     const auto v = random_floats(t * kv_width, rng, 1.0f, bf16_exact);
     const AttentionShape shape{.num_heads = s.heads,
                                .num_kv_heads = s.kv_heads,
@@ -172,7 +196,6 @@ class CudaPrefillAttention : public ::testing::Test {
     const auto& cstep_gpu = dynamic_cast<const CudaPlannedStep&>(*gstep);
     NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
     DeviceBuffer dq = DeviceBuffer::from(q), dk = DeviceBuffer::from(k), dv = DeviceBuffer::from(v);
-    DeviceBuffer dout = DeviceBuffer::from(std::vector<float>(t * q_width, NAN));
     DeviceBuffer dpool = DeviceBuffer::from(pool);
     DeviceBuffer workspace(static_cast<size_t>(cuda::prefill_workspace_bytes(t, s.kv_heads, s.head_dim)));
     int64_t max_new = 0;
@@ -181,54 +204,59 @@ class CudaPrefillAttention : public ::testing::Test {
       if (sq.prefix == 0) max_new = std::max(max_new, sq.len);
       any_extend = any_extend || sq.prefix > 0;
     }
-    cuda::prefill_attention({.q = dq.as<float>(),
-                             .k = dk.as<float>(),
-                             .v = dv.as<float>(),
-                             .out = dout.as<float>(),
-                             .seq_info = cstep_gpu.seq_info(),
-                             .num_seqs = plan.num_seqs(),
-                             .total_tokens = t,
-                             .max_new_tokens = max_new,
-                             .kv_workspace = workspace.as<void>(),
-                             .num_q_heads = s.heads,
-                             .num_kv_heads = s.kv_heads,
-                             .head_dim = s.head_dim,
-                             .softmax_scale = shape.scale,
-                             .tile = s.tile},
-                            nullptr);
-    if (any_extend) {
-      cuda::chunk_attention({.q = dq.as<float>(),
-                             .k = dk.as<float>(),
-                             .v = dv.as<float>(),
-                             .out = dout.as<float>(),
-                             .work = cstep_gpu.chunk_work(),
-                             .num_work = cstep_gpu.num_chunk_work(),
-                             .seq_info = cstep_gpu.seq_info(),
-                             .num_seqs = plan.num_seqs(),
-                             .pool = dpool.as<uint8_t>(),
-                             .page_tables = cstep_gpu.page_tables(),
-                             .max_pages_per_seq = plan.max_pages_per_seq,
-                             .page_bytes = layout.page_bytes(),
-                             .k_layout = layout.k(0),
-                             .v_layout = layout.v(0),
-                             .num_q_heads = s.heads,
-                             .num_kv_heads = s.kv_heads,
-                             .head_dim = s.head_dim,
-                             .softmax_scale = shape.scale,
-                             .skip_prefill = true},
-                            nullptr);
-    }
-    NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> got = dout.to_host<float>();
+    std::vector<StepErrors> all_errors;
+    for (const int tile : tiles) {
+      DeviceBuffer dout = DeviceBuffer::from(std::vector<float>(t * q_width, NAN));
+      cuda::prefill_attention({.q = dq.as<float>(),
+                               .k = dk.as<float>(),
+                               .v = dv.as<float>(),
+                               .out = dout.as<float>(),
+                               .seq_info = cstep_gpu.seq_info(),
+                               .num_seqs = plan.num_seqs(),
+                               .total_tokens = t,
+                               .max_new_tokens = max_new,
+                               .kv_workspace = workspace.as<void>(),
+                               .num_q_heads = s.heads,
+                               .num_kv_heads = s.kv_heads,
+                               .head_dim = s.head_dim,
+                               .softmax_scale = shape.scale,
+                               .tile = tile},
+                              nullptr);
+      if (any_extend) {
+        cuda::chunk_attention({.q = dq.as<float>(),
+                               .k = dk.as<float>(),
+                               .v = dv.as<float>(),
+                               .out = dout.as<float>(),
+                               .work = cstep_gpu.chunk_work(),
+                               .num_work = cstep_gpu.num_chunk_work(),
+                               .seq_info = cstep_gpu.seq_info(),
+                               .num_seqs = plan.num_seqs(),
+                               .pool = dpool.as<uint8_t>(),
+                               .page_tables = cstep_gpu.page_tables(),
+                               .max_pages_per_seq = plan.max_pages_per_seq,
+                               .page_bytes = layout.page_bytes(),
+                               .k_layout = layout.k(0),
+                               .v_layout = layout.v(0),
+                               .num_q_heads = s.heads,
+                               .num_kv_heads = s.kv_heads,
+                               .head_dim = s.head_dim,
+                               .softmax_scale = shape.scale,
+                               .skip_prefill = true},
+                              nullptr);
+      }
+      NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> got = dout.to_host<float>();
 
-    StepErrors errors;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const Errors e = compare(got, want, plan.token_begin[i], seqs[i].len, q_width);
-      Errors& into = seqs[i].prefix == 0 ? errors.prefill : errors.extend;
-      into.max_abs = std::max(into.max_abs, e.max_abs);
-      into.rms = std::max(into.rms, e.rms);  // the worst sequence's RMS
+      StepErrors errors;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const Errors e = compare(got, want, plan.token_begin[i], seqs[i].len, q_width);
+        Errors& into = seqs[i].prefix == 0 ? errors.prefill : errors.extend;
+        into.max_abs = std::max(into.max_abs, e.max_abs);
+        into.rms = std::max(into.rms, e.rms);  // the worst sequence's RMS
+      }
+      all_errors.push_back(errors);
     }
-    return errors;
+    return all_errors;
   }
 
   void expect_within(const Errors& e, bool bf16_exact, const std::string& what) {
@@ -242,26 +270,40 @@ class CudaPrefillAttention : public ::testing::Test {
   CpuBackend cpu{{.num_threads = 0}};
   std::unique_ptr<Backend> gpu = cuda::test::no_device_reason().empty() ? make_backend({.device = "cuda"}) : nullptr;
   std::mt19937 rng{4242};
+  float key_ramp = 0.0f;  // > 0: ClimbingScoresRescaleMidSequence (run_step)
 };
 
 class CudaPrefillSweep : public CudaPrefillAttention, public ::testing::WithParamInterface<int64_t> {};
 
-// Every length class around the query (64/128-row) and key (32/64) tiles, GQA 1, 4, 8, every tile
+// Every length class around the query (64/128/256-row) and key (32/64) tiles, GQA 1, 4, 8, every tile
 // configuration built.
 TEST_P(CudaPrefillSweep, SingleSequencesMatchCpu) {
   const int64_t head_dim = GetParam();
-  for (int w = 1; w <= cuda::prefill_tile_count(head_dim); ++w) {
-    for (const auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{2, 2}, {4, 1}, {16, 2}}) {
-      for (const int64_t len : {1, 17, 63, 64, 65, 127, 129, 1000}) {
-        const Shape s{.head_dim = head_dim, .heads = heads, .kv_heads = kv_heads, .tile = w};
-        expect_within(run(s, {len}, true), true, describe(s, {len}, true));
-      }
+  for (const auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{2, 2}, {4, 1}, {16, 2}}) {
+    for (const int64_t len : {1, 17, 63, 64, 65, 127, 129, 1000}) {
+      check_tiles({.head_dim = head_dim, .heads = heads, .kv_heads = kv_heads}, {len}, true);
     }
   }
+  // Many key tiles (the pipelined loop's steady state, stage reuse, lazy rescales), and f32 inputs.
   const Shape s{.head_dim = head_dim, .heads = 4, .kv_heads = 1};
-  expect_within(run(s, {4096}, true), true, describe(s, {4096}, true));
-  expect_within(run(s, {1000}, false), false, describe(s, {1000}, false));
-  expect_within(run(s, {65}, false), false, describe(s, {65}, false));
+  check_tiles(s, {4096}, true);
+  check_tiles(s, {1000}, false);
+  check_tiles(s, {65}, false);
+}
+
+// Scores that climb through the sequence (a key ramp on dim 0 adds up to 3 · 200 / sqrt(128) ~ 53
+// logits, ~77 in log2 units, over 777 keys): the running max passes the lazy-rescale threshold
+// (2^8, prefill_tile.cuh) again and again, so those schedules rescale O and l many times mid-sequence.
+TEST_F(CudaPrefillAttention, ClimbingScoresRescaleMidSequence) {
+  key_ramp = 256.0f;
+  for (const int64_t head_dim : {64, 128, 256}) {
+    const Shape s{.head_dim = head_dim, .heads = 4, .kv_heads = 1};
+    const std::vector<int> tiles = all_tiles(head_dim);
+    const std::vector<StepErrors> errors = run_step(s, {{.prefix = 0, .len = 777}}, true, tiles);
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      expect_within(errors[i].prefill, true, describe(s, tiles[i], {777}, true) + " climbing scores");
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaPrefillSweep, ::testing::Values(64, 128, 256),
@@ -271,12 +313,7 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, CudaPrefillSweep, ::testing::Values(64, 128, 
 TEST_F(CudaPrefillAttention, MixedLengthBatchesMatchCpu) {
   const std::vector<int64_t> lens{65, 1, 1000, 17, 64, 300, 63, 2};
   for (const int64_t head_dim : {64, 128, 256}) {
-    for (int w = 1; w <= cuda::prefill_tile_count(head_dim); ++w) {
-      for (const bool exact : {true, false}) {
-        const Shape s{.head_dim = head_dim, .heads = 8, .kv_heads = 1, .tile = w};
-        expect_within(run(s, lens, exact), exact, describe(s, lens, exact));
-      }
-    }
+    for (const bool exact : {true, false}) check_tiles({.head_dim = head_dim, .heads = 8, .kv_heads = 1}, lens, exact);
   }
 }
 
@@ -287,7 +324,7 @@ TEST_F(CudaPrefillAttention, PrefillAndExtendInOneStep) {
                                   {.prefix = 100, .len = 64}, {.prefix = 0, .len = 300}};
   for (const int64_t head_dim : {64, 128}) {
     const Shape s{.head_dim = head_dim, .heads = 8, .kv_heads = 2};
-    const StepErrors e = run_step(s, seqs, true);
+    const StepErrors e = run_step(s, seqs, true, {0}).front();  // the default tile
     expect_within(e.prefill, true, "mixed step prefill rows, head_dim " + std::to_string(head_dim));
     EXPECT_LE(e.extend.max_abs, kExtendTolerance) << "extend rows, head_dim " << head_dim;
     std::printf("  mixed step extend rows, head_dim %ld: max %.2e\n", static_cast<long>(head_dim), e.extend.max_abs);
