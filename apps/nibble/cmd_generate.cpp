@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "quant/kv_format.h"
 #include "runtime/loaded_model.h"
+#include "kv_flags.h"
 #include "kv_scale_flags.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -31,8 +32,7 @@ struct GenerateArgs {
   std::string prompt;
   bool chat = false;
   int64_t max_tokens = 128;
-  std::string kv_dtype = "f32";
-  std::string rotate = "none";
+  nibble::cli::KvFlags kv;
   float temperature = 0.0f;
   int64_t top_k = 0;
   float top_p = 1.0f;
@@ -67,9 +67,6 @@ void run_generate(const GenerateArgs& args) {
                                         .min_p = args.min_p,
                                         .seed = args.seed};
   sampling::validate(params);
-  const quant::KvDtype kv_dtype = quant::parse_kv_dtype(args.kv_dtype);
-  const quant::Rotation rotation = quant::parse_rotation(args.rotate);
-
   runtime::LoadedModel model = runtime::load_model({.dir = args.model_dir, .device = args.device,
                                                     .num_threads = args.threads,
                                                     .progress = std::nullopt,
@@ -89,6 +86,9 @@ void run_generate(const GenerateArgs& args) {
                prompt_tokens, context);
   const int64_t max_tokens = std::min(args.max_tokens, context - prompt_tokens);
 
+  const runtime::KvChoice kv = cli::resolve(args.kv, model.transformer().kv_geometry().head_dim);
+  const quant::KvDtype kv_dtype = kv.dtype;
+  const quant::Rotation rotation = kv.rotation;
   // One request: a pool of exactly its pages, no prefix cache, prefill in --chunk token steps.
   const cache::KvGlobalScales kv_scales = cli::kv_global_scales(
       args.kv_scale_flags, model.transformer().kv_geometry().num_layers, kv_dtype, rotation);
@@ -141,7 +141,7 @@ void run_generate(const GenerateArgs& args) {
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tok/s); decode: {} tokens in {:.3f} s ({:.1f} tok/s); "
                      "stopped: {}; kv {}{}\n",
              prompt_tokens, prefill_s, static_cast<double>(prompt_tokens) / std::max(prefill_s, 1e-9), generated,
-             decode_s, static_cast<double>(decode_steps) / std::max(decode_s, 1e-9), stop_reason, args.kv_dtype,
+             decode_s, static_cast<double>(decode_steps) / std::max(decode_s, 1e-9), stop_reason, quant::kv_dtype_name(kv_dtype),
              rotation == quant::Rotation::kHadamard ? " + hadamard" : "");
 }
 
@@ -155,8 +155,7 @@ void add_generate_command(CLI::App& app) {
       ->required();
   cmd->add_flag("--chat", args->chat, "Wrap the prompt as one user message in the model's chat template");
   cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate at most")->capture_default_str();
-  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache format: f32 bf16 fp8 nvfp4 k8v4")->capture_default_str();
-  cmd->add_option("--rotate", args->rotate, "KV rotation: none | hadamard")->capture_default_str();
+  nibble::cli::add_kv_flags(cmd, args->kv);
   cmd->add_option("--temperature", args->temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", args->top_k, "Keep the k most probable tokens (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", args->top_p, "Nucleus mass (1 = off)")->capture_default_str();

@@ -13,6 +13,7 @@
 #include "common/npy.h"
 #include "quant/kv_format.h"
 #include "runtime/session.h"
+#include "kv_flags.h"
 #include "kv_scale_flags.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,8 +23,7 @@ struct ScoreArgs {
   std::string model_dir;
   std::optional<std::string> text;
   std::optional<std::string> ids_json;
-  std::string kv_dtype = "f32";
-  std::string rotate = "none";
+  nibble::cli::KvFlags kv;
   int64_t chunk = 0;
   int64_t page_size = 16;
   std::string logits_out;
@@ -56,12 +56,13 @@ std::vector<int32_t> read_ids(const std::string& path) {
 void run_score(const ScoreArgs& args) {
   using namespace nibble;
   NIBBLE_CHECK(args.text.has_value() != args.ids_json.has_value(), "give exactly one of --text and --ids-json");
-  const quant::KvDtype kv_dtype = quant::parse_kv_dtype(args.kv_dtype);
-  const quant::Rotation rotation = quant::parse_rotation(args.rotate);
   runtime::LoadedModel model = runtime::load_model({.dir = args.model_dir, .device = args.device,
                                                     .num_threads = args.threads,
                                                     .progress = std::nullopt,
                                                     .weights = runtime::parse_weight_precision(args.weights)});
+  const runtime::KvChoice kv = cli::resolve(args.kv, model.transformer().kv_geometry().head_dim);
+  const quant::KvDtype kv_dtype = kv.dtype;
+  const quant::Rotation rotation = kv.rotation;
   const std::vector<int32_t> ids = args.text ? Tokenizer::load(args.model_dir).encode(*args.text) : read_ids(*args.ids_json);
   NIBBLE_CHECK(!ids.empty(), "nothing to score: the input has no tokens");
   const int64_t vocab = model.config().vocab_size;
@@ -103,8 +104,8 @@ void run_score(const ScoreArgs& args) {
                           {"num_scored", logprobs.size()},
                           {"mean_nll", logprobs.empty() ? nlohmann::json(nullptr) : nlohmann::json(mean_nll)},
                           {"perplexity", logprobs.empty() ? nlohmann::json(nullptr) : nlohmann::json(perplexity)},
-                          {"kv_dtype", args.kv_dtype},
-                          {"rotate", args.rotate}};
+                          {"kv_dtype", quant::kv_dtype_name(kv_dtype)},
+                          {"rotate", rotation == quant::Rotation::kHadamard ? "hadamard" : "none"}};
     fmt::print("{}\n", out.dump());
     return;
   }
@@ -125,8 +126,7 @@ void add_score_command(CLI::App& app) {
   cmd->add_option("--model", args->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--text", args->text, "Text to score (tokenized with special tokens, as Hugging Face does)");
   cmd->add_option("--ids-json", args->ids_json, "File with a JSON array of token ids to score");
-  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache format: f32 bf16 fp8 nvfp4 k8v4")->capture_default_str();
-  cmd->add_option("--rotate", args->rotate, "KV rotation: none | hadamard")->capture_default_str();
+  nibble::cli::add_kv_flags(cmd, args->kv);
   cmd->add_option("--chunk", args->chunk, "Prefill chunk in tokens (0 = all at once)")->capture_default_str();
   cmd->add_option("--page-size", args->page_size, "Tokens per KV page")->capture_default_str();
   cmd->add_option("--logits-out", args->logits_out, "Write all logits [positions, vocab] as float32 .npy");

@@ -30,6 +30,7 @@
 #include "runtime/loaded_model.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
+#include "kv_flags.h"
 #include "kv_scale_flags.h"
 
 namespace {
@@ -49,8 +50,7 @@ struct ServeArgs {
   std::string device = "cpu";
   std::string weights;  // "" = the device's default (bf16 on cuda)
   int threads = 0;
-  std::string kv_dtype = "f32";
-  std::string rotate = "none";
+  nibble::cli::KvFlags kv;
   std::optional<double> mem_fraction;
   std::optional<std::string> device_memory;
   int64_t kv_pages = 0;
@@ -113,8 +113,6 @@ void run_serve(const ServeArgs& args) {
   NIBBLE_CHECK(args.max_running >= 1, "--max-running must be >= 1, got {}", args.max_running);
   NIBBLE_CHECK(args.max_waiting >= 0, "--max-waiting must be >= 0, got {}", args.max_waiting);
   NIBBLE_CHECK(args.shutdown_grace_s >= 0, "--shutdown-grace-s must be >= 0, got {}", args.shutdown_grace_s);
-  const quant::KvDtype kv_dtype = quant::parse_kv_dtype(args.kv_dtype);
-  const quant::Rotation rotation = quant::parse_rotation(args.rotate);
 
   // SIGINT/SIGTERM may land on any thread (OpenBLAS starts its own before main), so the handler
   // only writes a byte to a pipe; a watcher thread reads it and shuts the server down.
@@ -131,6 +129,9 @@ void run_serve(const ServeArgs& args) {
                                                     .progress = std::nullopt,
                                                     .weights = runtime::parse_weight_precision(args.weights)});
   Tokenizer tokenizer = Tokenizer::load(args.model_dir);
+  const runtime::KvChoice kv = cli::resolve(args.kv, model.transformer().kv_geometry().head_dim);
+  const quant::KvDtype kv_dtype = kv.dtype;
+  const quant::Rotation rotation = kv.rotation;
   const cache::PageLayout layout =
       runtime::kv_page_layout(model, {.kv_dtype = kv_dtype, .rotation = rotation, .page_size = args.page_size});
   const PoolSize pool = size_pool(args, model, layout);
@@ -205,8 +206,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--weights", args->weights, "Weight matrices: bf16 | f32 (default: bf16 on cuda; cpu is f32 only)")
       ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--threads", args->threads, "CPU backend threads (0 = one per core)")->capture_default_str();
-  cmd->add_option("--kv-dtype", args->kv_dtype, "KV cache format: f32 bf16 fp8 nvfp4 k8v4")->capture_default_str();
-  cmd->add_option("--rotate", args->rotate, "KV rotation: none | hadamard")->capture_default_str();
+  nibble::cli::add_kv_flags(cmd, args->kv);
   nibble::cli::add_kv_scale_flags(cmd, args->kv_scale_flags);
   auto* fraction = cmd->add_option("--mem-fraction", args->mem_fraction,
                                    "Size the KV pool as `nibble plan` does: this fraction of device memory minus weights");

@@ -41,6 +41,26 @@ TEST(GenerateCommand, GreedyTextIsAPrefixOfTheGoldenContinuation) {
   }
 }
 
+TEST(GenerateCommand, DefaultKvIsTheAccuracyStudysRecommendation) {
+  // No --kv-dtype / --rotate: fp8 with the Hadamard rotation (head_dim 8 is a power of two); score
+  // reports the same choice, and explicit flags override it.
+  const std::string prompt = " --prompt 'Once upon a time' --max-tokens 8";
+  CommandRun r = run_nibble("generate --model " + kModel.string() + prompt);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("kv fp8 + hadamard"), std::string::npos) << r.err;
+  r = run_nibble("score --model " + kModel.string() + " --text 'Lily went to the park.' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kv_dtype"], "fp8");
+  EXPECT_EQ(j["rotate"], "hadamard");
+  r = run_nibble("generate --model " + kModel.string() + prompt + " --kv-dtype bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("kv bf16\n"), std::string::npos) << r.err;  // auto rotation leaves bf16 unrotated
+  r = run_nibble("generate --model " + kModel.string() + prompt + " --kv-dtype int4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("int4"), std::string::npos) << r.err;
+}
+
 TEST(GenerateCommand, SeededSamplingIsReproducible) {
   const std::string args = "generate --model " + kModel.string() +
                            " --prompt 'Tom had' --max-tokens 30 --temperature 1.0 --top-p 0.9 --seed 11";
@@ -57,7 +77,7 @@ TEST(ScoreCommand, LogitsAndLogProbsMatchTheGoldenLogits) {
   const auto expected = entry["logits"].get<std::vector<std::vector<double>>>();
   const fs::path ids_file = scratch_path("ids.json"), npy = scratch_path("logits.npy");
   std::ofstream(ids_file) << nlohmann::json(ids).dump();
-  const CommandRun r = run_nibble("score --model " + kModel.string() + " --ids-json " + ids_file.string() + " --json --chunk 1 --logits-out " +
+  const CommandRun r = run_nibble("score --model " + kModel.string() + " --ids-json " + ids_file.string() + " --json --chunk 1 --kv-dtype f32 --logits-out " +
                     npy.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nibble::NpyArray logits = nibble::read_npy(npy);
