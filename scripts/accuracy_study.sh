@@ -1,127 +1,198 @@
 #!/usr/bin/env bash
 # The KV-format accuracy study of docs/ACCURACY.md in one command on the GPU machine (its files are
 # wiped between calls, so the model is trained and studied in the same call):
-#   1. nibble: a prebuilt binary (NIBBLE_BIN; docs/ACCURACY.md, "Next run", packs one) if it runs
-#      here, else the `nibble` target built in the background (build-gpu, JOBS cores) while the GPU
-#      trains. As of 2026-11-29 that build fails to link: .devdeps' cpp-httplib is a header-only
-#      stand-in and src/server needs the compiled library, so pass NIBBLE_BIN.
-#   2. the eval model: scripts/train_eval_model.py (TRAIN_ARGS)
+#   1. nibble: a prebuilt binary (NIBBLE_BIN; docs/ACCURACY.md, "Next run", packs one). The
+#      `nibble` target does not link on the GPU machine (.devdeps' cpp-httplib is header-only).
+#   2. the eval model: scripts/train_eval_model.py (TRAIN_ARGS), with its own retrieval probe
 #   3. nibble calibrate on the training text, without and with the Hadamard rotation
-#   4. nibble eval --device cuda --weights f32, several invocations at once on the one GPU (each
-#      compares its configurations with its own f32 reference run on the same items), in two rounds
-#      bounded by STUDY_SECONDS:
-#        round 1, perplexity/KL/top-1:
-#          ppl_g1a     bf16, fp8, nvfp4 (g = 1: SGLang's recipe)
+#   4. nibble eval --weights f32, small invocations, at most three on the GPU at once (each compares its
+#      configurations with its own f32 reference run on the same items; the reference is
+#      deterministic, so invocations pair up by document/item):
+#        ppl_probe   2 documents, bf16: times a document so that round 1 fits its budget
+#        round 1, perplexity/KL/top-1 (context PPL_CONTEXT, chunk PPL_CHUNK):
+#          ppl_g1a     bf16, fp8, nvfp4               (g = 1: SGLang's recipe)
 #          ppl_g1b     nvfp4+hadamard, k8v4, k8v4+hadamard (g = 1)
+#          ppl_g1c     fp8, fp8+hadamard, k8v4+hadamard (g = 1; the recommended default and its two
+#                      anchors in one invocation, beside ppl_g1a and ppl_g1b)
 #          ppl_cal     fp8, nvfp4, k8v4 with --kv-scales (calibrated, no rotation)
 #          ppl_calhad  nvfp4+hadamard, k8v4+hadamard with --kv-scales (calibrated with the rotation)
-#          cpu6, cpu4o6  on the CPU backend (4-over-6 is CPU-only), a reduced set: nvfp4,
-#                      nvfp4+hadamard, k8v4 under --nvfp4-scale-rule 6 and 4over6
-#        round 2, retrieval: pk_g1a, pk_g1b (passkey), mn_g1a, mn_g1b (multineedle)
-#   5. $OUT/study.tar.gz: every report directory, the scale files, the model's recipe.json and the logs
+#          cpu6, cpu4o6  in the background on the CPU backend (4-over-6 is CPU-only): nvfp4,
+#                        nvfp4+hadamard, k8v4+hadamard under --nvfp4-scale-rule 6 and 4over6
+#        round 2, retrieval (only if the training probe retrieved anything), seeds 0 and 1 while
+#          time is left: pk_a_S / pk_b_S (passkey), mn_a_S / mn_b_S (multineedle, 4 needles), the
+#          g = 1 configurations split as in round 1
+#        round 3, if time is left: ppl_long (all g = 1 configurations and fp8+hadamard, 3 documents of LONG_CONTEXT
+#          [16000] tokens); then more retrieval seeds (2..5) while time is left
+#   5. $OUT: study.tar.gz (every report but the per-token arrays, the scale files, recipe.json, the
+#      logs; re-packed after every round so that a timeout still leaves the finished rounds),
+#      tokens.tar.gz (the per-token .npy arrays), study.log, train.log, recipe.json
 #
-#   OUT=/tmp/out scripts/accuracy_study.sh            # from the repository root
+#   OUT=/tmp/out NIBBLE_BIN=/tmp/c/nibble.sh scripts/accuracy_study.sh      # from the repository root
 # Environment (defaults in brackets):
-#   NIBBLE_BIN        prebuilt nibble [build it]     NIBBLE_DEPS_PREFIX  CMake prefix for the build [.devdeps]
-#   TRAIN_ARGS        extra train_eval_model.py arguments ["--max-seconds 100"]
-#   PPL, RETRIEVAL, CHUNK  the perplexity / retrieval options of the GPU evals, the prefill chunk [512]
-#   CPU_EVAL_COMMON   options of the CPU evals
-#   STUDY_SECONDS     seconds after the start by which the evals must end and the packing starts [420]
+#   TRAIN_ARGS     extra train_eval_model.py arguments ["--max-seconds 255"]
+#   STUDY_MODEL    skip the training and study this model directory (with heldout.txt, recipe.json)
+#   EVAL_DEVICE    [cuda]; cpu checks the flow on a machine without a GPU
+#   STUDY_T0       epoch seconds the time budget counts from [now]
+#   STUDY_SECONDS  seconds after STUDY_T0 by which every eval has ended and the packing starts [560]
+#   PPL_CONTEXT, PPL_CHUNK, PPL_DOCS_MAX, PPL_SECONDS  round 1 [4096, 256, 12, 40 s per invocation]
+#   RET_LENGTHS, RET_DEPTHS, RET_CHUNK  round 2 [1024,2048,4096,8192,16000  0,0.25,0.5,0.75,1  1024]
+#   CPU_EVAL       options of the CPU evals ["--context 512 --docs 3 --chunk 64 --threads 6"]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-/tmp/out}"
 WORK="${STUDY_WORK:-/tmp/study}"
 MODEL="$WORK/eval-austen"
 CORPUS="$ROOT/.corpus/austen.txt"
-JOBS="${JOBS:-14}"
 mkdir -p "$OUT" "$WORK"
-T0=$(date +%s)
-log() { echo "[study +$(($(date +%s) - T0))s] $*" | tee -a "$WORK/study.log"; }
+T0="${STUDY_T0:-$(date +%s)}"
+STUDY_SECONDS="${STUDY_SECONDS:-560}"
+now() { echo $(($(date +%s) - T0)); }
+left() { echo $((STUDY_SECONDS - $(now))); }
+log() { echo "[study +$(now)s] $*" | tee -a "$WORK/study.log"; cp "$WORK/study.log" "$OUT/" 2> /dev/null; }
+pack() {  # everything but the model; per-token arrays apart (they are the bulk)
+  tar -C "$WORK" -czf "$OUT/study.tar.gz.tmp" --exclude=eval-austen --exclude=model --exclude='*.npy' . &&
+    mv "$OUT/study.tar.gz.tmp" "$OUT/study.tar.gz"
+  (cd "$WORK" && find . -name '*.npy' -print0 | tar --null -czf "$OUT/tokens.tar.gz.tmp" -T - &&
+    mv "$OUT/tokens.tar.gz.tmp" "$OUT/tokens.tar.gz")
+  log "packed $(du -h "$OUT/study.tar.gz" 2> /dev/null | cut -f1) + $(du -h "$OUT/tokens.tar.gz" 2> /dev/null | cut -f1) ($1)"
+}
 
 # ---- 1. nibble -------------------------------------------------------------------------------
-NIBBLE=""
-if [[ -n "${NIBBLE_BIN:-}" ]] && "$NIBBLE_BIN" eval --help > /dev/null 2>&1; then
-  NIBBLE="$NIBBLE_BIN"
-  log "using the prebuilt $NIBBLE"
+NIBBLE="${NIBBLE_BIN:-}"
+if [[ -z "$NIBBLE" ]] || ! "$NIBBLE" --version > "$WORK/nibble_version.txt" 2>&1; then
+  log "no working nibble (NIBBLE_BIN='$NIBBLE'): $(head -3 "$WORK/nibble_version.txt" 2> /dev/null)"
+  NIBBLE=""
 else
-  [[ -n "${NIBBLE_BIN:-}" ]] && log "prebuilt $NIBBLE_BIN does not run here: $("$NIBBLE_BIN" --help 2>&1 | head -2)"
-  DEPS="${NIBBLE_DEPS_PREFIX:-$ROOT/.devdeps}"
-  (export PKG_CONFIG_PATH="$DEPS/lib/pkgconfig"
-   cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON \
-     -DCMAKE_PREFIX_PATH="$DEPS" && nice ninja -C "$ROOT/build-gpu" -j "$JOBS" nibble) > "$WORK/build.log" 2>&1 &
-  BUILD_PID=$!
-  NIBBLE="$ROOT/build-gpu/apps/nibble/nibble"
-  log "building nibble in the background (pid $BUILD_PID)"
+  log "using $NIBBLE: $(head -1 "$WORK/nibble_version.txt")"
 fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$WORK/gpu.txt" 2>&1
+nproc >> "$WORK/gpu.txt"
 
 # ---- 2. the eval model -------------------------------------------------------------------------
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$WORK/gpu.txt" 2>&1
-PYTHONUNBUFFERED=1 python3 "$ROOT/scripts/train_eval_model.py" --corpus "$CORPUS" --out "$MODEL" \
-  ${TRAIN_ARGS:---max-seconds 100} 2>&1 | tee "$WORK/train.log" | grep -v '^{"step"'
-[[ -f "$MODEL/model.safetensors" ]] || { log "training FAILED"; tail -30 "$WORK/train.log"; }
-cp "$MODEL/recipe.json" "$WORK/" 2> /dev/null
-log "trained"
-
-if [[ -n "${BUILD_PID:-}" ]]; then
-  wait "$BUILD_PID" && log "build OK" || { log "build FAILED"; grep -E "error|FAILED" "$WORK/build.log" | head -20; }
+if [[ -n "${STUDY_MODEL:-}" ]]; then  # a local check of the flow: an existing model dir with heldout.txt, recipe.json
+  MODEL="$STUDY_MODEL"; echo "using the model $MODEL" > "$WORK/train.log"
+else
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 python3 "$ROOT/scripts/train_eval_model.py" --corpus "$CORPUS" --out "$MODEL" \
+    ${TRAIN_ARGS:---max-seconds 255} 2>&1 | tee "$WORK/train.log" | grep -v '^{"step"'
 fi
-"$NIBBLE" --help > /dev/null 2>&1 || { log "no working nibble"; tar -C "$WORK" -czf "$OUT/study.tar.gz" --exclude=eval-austen .; exit 1; }
+cp "$WORK/train.log" "$OUT/" 2> /dev/null
+if [[ -f "$MODEL/recipe.json" ]]; then
+  cp "$MODEL/recipe.json" "$WORK/" && cp "$MODEL/recipe.json" "$OUT/"
+  log "trained"
+else
+  log "training FAILED"; tail -30 "$WORK/train.log"; pack "no model"; exit 1
+fi
+[[ -n "$NIBBLE" ]] || { pack "no nibble"; exit 1; }
+# did the probe retrieve anything? (round 2 is pointless at chance)
+RETRIEVES=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sum(p["exact"] for p in r.get("retrieval_probe", [])))' "$MODEL/recipe.json" 2> /dev/null || echo 0)
+log "training probe: $RETRIEVES exact retrieval answers"
 
 # ---- 3. calibration ----------------------------------------------------------------------------
 for rot in none hadamard; do
-  "$NIBBLE" calibrate --model "$MODEL" --corpus "$CORPUS" --context 2048 --docs 8 --chunk 256 --rotate "$rot" \
-    --device cuda --weights f32 --out "$WORK/kv_scales_$rot.json" > "$WORK/calibrate_$rot.log" 2>&1 &
+  timeout 40 "$NIBBLE" calibrate --model "$MODEL" --corpus "$CORPUS" --context 2048 --docs 8 --chunk 256 --rotate "$rot" \
+    --device "${EVAL_DEVICE:-cuda}" --weights f32 --out "$WORK/kv_scales_$rot.json" > "$WORK/calibrate_$rot.log" 2>&1 &
 done
 wait
 log "calibrated: $(cd "$WORK" && echo kv_scales_*.json)"
 
 # ---- 4. the evals ------------------------------------------------------------------------------
-# Two rounds, each a set of invocations run at once: perplexity/KL/top-1 first (the most resolving
-# measure, and cheap), then retrieval, each bounded by what is left of STUDY_SECONDS so that the
-# packing always runs. An invocation writes its report only when it completes: keep each small.
-# Measured on an H200 (2026-11-29): with 4 invocations at once, one 16K-token retrieval item costs
-# ~5 s per configuration at --chunk 256, so 12 such items x 4 configurations overrun 140 s.
-RETRIEVAL="${RETRIEVAL:---passkey-lengths 1024,4096,16000 --passkey-depths 0,0.5,1 --samples 1 --needles 4 --max-new-tokens 7}"
-PPL="${PPL:---context 4096 --docs 8}"
-GPU_COMMON="--weights f32 --chunk ${CHUNK:-512}"
-CPU_EVAL_COMMON="${CPU_EVAL_COMMON:---tasks perplexity --context 512 --docs 2 --chunk 128 --threads 4}"
-STUDY_SECONDS="${STUDY_SECONDS:-420}"
-left() { echo $((STUDY_SECONDS - ($(date +%s) - T0))); }
-run_eval() {  # name seconds device extra-args...
+# An invocation writes its report only when it completes: each is small and bounded by a timeout.
+run_eval() {  # name seconds device extra-args...; logs its rc and wall seconds
   local name=$1 seconds=$2 device=$3; shift 3
-  local cmd=("$NIBBLE" eval --model "$MODEL" --corpus "$MODEL/heldout.txt" --reference f32 --device "$device" --out "$WORK/$name" "$@")
+  local cmd=("$NIBBLE" eval --model "$MODEL" --corpus "$MODEL/heldout.txt" --reference f32 --device "$device"
+             --out "$WORK/$name" "$@")
   echo "${cmd[*]}" | sed "s#$WORK#\$WORK#g; s#$ROOT/##g" > "$WORK/$name.command"
-  local t
+  local t rc
   t=$(date +%s)
   timeout "$seconds" "${cmd[@]}" > "$WORK/$name.log" 2>&1
-  local rc=$?
+  rc=$?
+  echo "$(($(date +%s) - t))" > "$WORK/$name.seconds"
   log "eval $name: rc $rc in $(($(date +%s) - t)) s (limit $seconds s)"
 }
+secs() { cat "$WORK/$1.seconds" 2> /dev/null || echo 999; }
+G1A="bf16,fp8,nvfp4"
+G1B="nvfp4+hadamard,k8v4,k8v4+hadamard"
+G1C="fp8,fp8+hadamard,k8v4+hadamard"
+GPU="--weights f32"
+DEV="${EVAL_DEVICE:-cuda}"  # cpu: a local check of the flow on a machine without a GPU
+PPL_CONTEXT="${PPL_CONTEXT:-4096}"
+PPL_CHUNK="${PPL_CHUNK:-256}"
+PPL_SECONDS="${PPL_SECONDS:-40}"
+PPL_DOCS_MAX="${PPL_DOCS_MAX:-12}"
+CPU_EVAL="${CPU_EVAL:---context 512 --docs 3 --chunk 64 --threads 6}"
+RET="--passkey-lengths ${RET_LENGTHS:-1024,2048,4096,8192,16000} --passkey-depths ${RET_DEPTHS:-0,0.25,0.5,0.75,1} --samples 1 --needles 4 --max-new-tokens 7 --chunk ${RET_CHUNK:-1024}"
+
 # shellcheck disable=SC2086
 {
-  limit=$(( $(left) / 3 ))
-  log "round 1 (perplexity), limit $limit s"
-  run_eval ppl_g1a "$limit" cuda --configs bf16,fp8,nvfp4 --tasks perplexity $PPL $GPU_COMMON &
-  run_eval ppl_g1b "$limit" cuda --configs nvfp4+hadamard,k8v4,k8v4+hadamard --tasks perplexity $PPL $GPU_COMMON &
-  [[ -f "$WORK/kv_scales_none.json" ]] &&
-    run_eval ppl_cal "$limit" cuda --configs fp8,nvfp4,k8v4 --kv-scales "$WORK/kv_scales_none.json" --tasks perplexity $PPL $GPU_COMMON &
-  [[ -f "$WORK/kv_scales_hadamard.json" ]] &&
-    run_eval ppl_calhad "$limit" cuda --configs nvfp4+hadamard,k8v4+hadamard --kv-scales "$WORK/kv_scales_hadamard.json" \
-      --tasks perplexity $PPL $GPU_COMMON &
-  run_eval cpu6 "$limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4 --nvfp4-scale-rule 6 $CPU_EVAL_COMMON &
-  run_eval cpu4o6 "$limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4 --nvfp4-scale-rule 4over6 $CPU_EVAL_COMMON &
-  wait
-  limit=$(( $(left) - 15 ))
-  log "round 2 (retrieval), limit $limit s"
-  run_eval pk_g1a "$limit" cuda --configs bf16,fp8,nvfp4 --tasks passkey $RETRIEVAL $GPU_COMMON &
-  run_eval pk_g1b "$limit" cuda --configs nvfp4+hadamard,k8v4,k8v4+hadamard --tasks passkey $RETRIEVAL $GPU_COMMON &
-  run_eval mn_g1a "$limit" cuda --configs fp8,nvfp4 --tasks multineedle $RETRIEVAL $GPU_COMMON &
-  run_eval mn_g1b "$limit" cuda --configs nvfp4+hadamard,k8v4 --tasks multineedle $RETRIEVAL $GPU_COMMON &
-  wait
+  # round 0: time two 4K documents x 2 sessions to size round 1
+  run_eval ppl_probe 40 "$DEV" --configs bf16 --tasks perplexity --context "$PPL_CONTEXT" --docs 2 --chunk "$PPL_CHUNK" $GPU
+  per_doc_session=$(python3 -c "print(max(0.05, $(secs ppl_probe) / 4))")
+  DOCS=$(python3 -c "print(max(2, min($PPL_DOCS_MAX, int($PPL_SECONDS / (4 * $per_doc_session)))))")
+  limit=$(python3 -c "print(int(min(120, max(45, 3 * $DOCS * 4 * $per_doc_session))))")
+  PPL="--tasks perplexity --context $PPL_CONTEXT --docs $DOCS --chunk $PPL_CHUNK $GPU"
+  log "round 1 (perplexity): $DOCS documents of $PPL_CONTEXT tokens (probe: $(secs ppl_probe) s for 2 x 2 sessions), limit $limit s per invocation"
+  cpu_limit=$(( $(left) - 10 )); (( cpu_limit > 170 )) && cpu_limit=170
+  run_eval cpu6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 6 --tasks perplexity $CPU_EVAL &
+  CPU6=$!
+  run_eval cpu4o6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 4over6 --tasks perplexity $CPU_EVAL &
+  CPU4O6=$!
+  run_eval ppl_g1a "$limit" "$DEV" --configs "$G1A" $PPL & a=$!
+  run_eval ppl_g1b "$limit" "$DEV" --configs "$G1B" $PPL & b=$!
+  run_eval ppl_g1c "$limit" "$DEV" --configs "$G1C" $PPL & c=$!
+  wait $a $b $c
+  pack "round 1a"
+  pair=$(( $(secs ppl_g1a) > $(secs ppl_g1b) ? $(secs ppl_g1a) : $(secs ppl_g1b) ))
+  if (( $(left) > pair * 3 / 2 + 10 )); then
+    (( limit > $(left) - 10 )) && limit=$(( $(left) - 10 ))
+    [[ -f "$WORK/kv_scales_none.json" ]] &&
+      { run_eval ppl_cal "$limit" "$DEV" --configs fp8,nvfp4,k8v4 --kv-scales "$WORK/kv_scales_none.json" $PPL & a=$!; }
+    [[ -f "$WORK/kv_scales_hadamard.json" ]] &&
+      { run_eval ppl_calhad "$limit" "$DEV" --configs nvfp4+hadamard,k8v4+hadamard --kv-scales "$WORK/kv_scales_hadamard.json" $PPL & b=$!; }
+    wait $a $b
+  else
+    log "no time left for the calibrated runs"
+  fi
+  pack "round 1"
+
+  # round 2: retrieval, one seed (25 items per task and configuration) per pass, while time is left;
+  # seeds 0-1, then round 3, then more seeds
+  est=45
+  retrieval() {  # seeds...
+    (( RETRIEVES > 0 )) || { log "round 2 skipped: the model retrieves nothing (training probe)"; return; }
+    local seed task name lim t
+    for seed in "$@"; do
+      for task in pk mn; do
+        (( $(left) > est + 15 )) || { log "round 2 ends: $(left) s left, a pass takes ~$est s"; return; }
+        lim=$(( $(left) - 10 )); (( lim > 3 * est )) && lim=$((3 * est))
+        name=passkey; [[ $task == mn ]] && name=multineedle
+        log "round 2: $name seed $seed (limit $lim s, estimate $est s)"
+        t=$(date +%s)
+        run_eval ${task}_a_$seed "$lim" "$DEV" --configs "$G1A" --tasks $name --seed $seed $RET $GPU & a=$!
+        run_eval ${task}_b_$seed "$lim" "$DEV" --configs "$G1B" --tasks $name --seed $seed $RET $GPU & b=$!
+        wait $a $b
+        est=$(( $(date +%s) - t ))
+        pack "round 2 $task seed $seed"
+      done
+    done
+  }
+  retrieval 0 1
+
+  # round 3: perplexity at a long context, every g = 1 configuration, if time is left
+  long_ctx="${LONG_CONTEXT:-16000}"
+  long_est=$(python3 -c "print(int(8 * 3 * $per_doc_session * ($long_ctx / $PPL_CONTEXT) ** 1.5 + 10))")
+  if (( $(left) > long_est + 10 )); then
+    log "round 3: perplexity at $long_ctx tokens (estimate $long_est s)"
+    run_eval ppl_long $(( $(left) - 5 )) "$DEV" --configs "$G1A,$G1B,fp8+hadamard" --tasks perplexity --context "$long_ctx" --docs 3 \
+      --chunk 1024 $GPU
+    pack "round 3"
+  else
+    log "round 3 skipped: $(left) s left, estimate $long_est s"
+  fi
+  retrieval 2 3 4 5
+  wait $CPU6 $CPU4O6
 }
 log "evals done"
 
 # ---- 5. pack -----------------------------------------------------------------------------------
-tar -C "$WORK" -czf "$OUT/study.tar.gz" --exclude=eval-austen .
-cp "$WORK/study.log" "$OUT/" 2> /dev/null
-log "packed $(du -h "$OUT/study.tar.gz" | cut -f1) into study.tar.gz"
+pack "final"

@@ -6,7 +6,8 @@ precision of the KV cache visibly matters (docs/ACCURACY.md).
     scripts/extract_corpus.sh .corpus/austen.txt                       # on any Debian machine
     python3 scripts/train_eval_model.py --corpus .corpus/austen.txt --out OUT_DIR
                                         [--tokenizer models/demo-austen] [--seed 20261129]
-                                        [--steps-short N] [--steps-long N] [--max-seconds S]
+                                        [--steps-tiny N] [--steps-short N] [--steps-long N] [--max-seconds S]
+    python3 scripts/train_eval_model.py --corpus .corpus/austen.txt --dry-run   # data only, no torch
 
 Runs on the GPU machine (torch, transformers, tokenizers; nothing is downloaded). Writes to OUT_DIR:
   config.json, generation_config.json   LlamaForCausalLM: hidden 768, 8 layers, 8 query heads and 2 KV
@@ -16,31 +17,40 @@ Runs on the GPU machine (torch, transformers, tokenizers; nothing is downloaded)
   heldout.txt                           the last 5% of the corpus's passages, never trained on: the
                                         perplexity/KL text of the study
   recipe.json                           everything needed to reproduce the run: arguments, seed, data
-                                        mixture, steps, losses, versions, sha256 of every file written
+                                        mixture, steps, losses, retrieval probe, versions, sha256 of every file
 
-Training data (every row is [T + 1] token ids; the loss is the next-token cross entropy):
-  lm         a window of the training text; loss on every token
+Training data: every row is [T + 1] token ids, one episode then <|endoftext|> and a training-text
+window up to T. Target positions carry an LM mask or an answer mask (never both):
+  lm         a window of the training text; LM loss on every token
+  repeat     a text span A, a gap of text, then A again (LM loss everywhere): the copy pattern that
+             induction heads learn from, at every distance
   passkey    nibble eval's passkey prompt, verbatim (src/eval/passkey.h: intro, the synthetic filler,
-             "The pass key is KEY. Remember it. KEY is the pass key." at a random depth, the
-             question), then " KEY."; loss on the answer tokens only
-  multikey   nibble eval's multi-needle prompt, verbatim (src/eval/multi_needle.h), 1..16 named
-             codes, one asked; loss on the answer tokens only
+             "The pass key is KEY. Remember it. KEY is the pass key." at a random depth, the question),
+             then " KEY." (answer loss)
+  multikey   nibble eval's multi-needle prompt, verbatim (src/eval/multi_needle.h), 1..16 named codes,
+             then 1..4 of them asked one after the other, each question followed by its answer (the
+             first question directly follows the haystack, as in nibble eval)
   haystack   the same needles, or lines "key 4821: 93017", scattered through Austen text of the
-             training split, then a question about one of them; loss on the answer tokens only
-A task row is filled up to T after its answer with <|endoftext|> and a training-text window (loss on).
-The loss is mean(LM tokens) + mean(answer tokens), so the few answer tokens weigh as much as the text.
-Two phases: `--steps-short` steps of rows of 2048 tokens (batch 32), then `--steps-long` steps of
-rows of 16384 tokens (batch 4) so that every position of the context is trained; one cosine schedule
-over both. Prompt lengths are log-uniform, so needles sit at every distance.
+             training split, then 1..4 questions (passkey style: one)
+The prompt tokens of every episode carry the LM loss too; the answer tokens only the answer loss.
+loss = mean(LM tokens) + mean(answer tokens).
+
+Three phases, a curriculum from short to long distances: `--steps-tiny` steps of 128 rows of 512
+tokens (prompts of 64..496 tokens: many short recall episodes per step), `--steps-short` steps of 32
+rows of 2048 tokens (64..2032), `--steps-long` steps of 4 rows of 16384 tokens (512..16368). Prompt
+lengths are log-uniform, so needles sit at every distance. Learning rate: linear warm-up, constant,
+then linear decay over the last 40% of the run. With `--max-seconds`, progress is the larger of the
+step and the time fraction, and the long phase starts early when the time left only covers it, so a
+slower machine still trains every context length.
 
 Determinism: the data stream and the initialization are seeded (Python's random.Random(seed) for the
 data, torch.manual_seed(seed) for the weights). The attention is torch's flash SDPA kernel, whose
 backward accumulates with atomics: a re-run gives the same data and nearly, not bitwise, the same
-weights; recipe.json records the checksums of the run whose figures docs/ACCURACY.md reports.
+weights (and --max-seconds may cut a phase at a different step); recipe.json records the checksums
+of the run whose figures docs/ACCURACY.md reports.
 """
 import argparse
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -50,23 +60,16 @@ import re
 import shutil
 import sys
 import time
-
-import tokenizers  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from tokenizers import Tokenizer  # noqa: E402
-from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from types import SimpleNamespace
 
 EOT_ID = 0
 MAX_POSITIONS = 16384
-SHORT_T, SHORT_BATCH = 2048, 32
-LONG_T, LONG_BATCH = 16384, 4
-PEAK_LR, MIN_LR, WARMUP_STEPS = 1.5e-3, 1.5e-4, 60
+# (name, rows T, rows per step, lowest prompt length)
+PHASES = [("tiny", 512, 128, 64), ("short", 2048, 32, 64), ("long", 16384, 4, 512)]
+PEAK_LR, MIN_LR, WARMUP_STEPS, DECAY_FROM = 1.5e-3, 1.5e-4, 100, 0.6
+LONG_STEP_SECONDS = 0.34  # measured 0.32 s per 4 x 16384 step on an H200 (2026-11-29)
 HELDOUT_FRACTION = 0.05
-# flash first; memory-efficient attention only if transformers ever passes an explicit mask
-ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
-MIXTURE = {"lm": 0.25, "passkey": 0.2, "multikey": 0.3, "haystack": 0.25}
+MIXTURE = {"lm": 0.1, "repeat": 0.1, "passkey": 0.2, "multikey": 0.3, "haystack": 0.3}
 
 # --- nibble eval's retrieval prompts, verbatim (src/eval/retrieval.h, passkey.h, multi_needle.h) ---
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -77,6 +80,7 @@ MULTI_INTRO = ("There are several secret codes hidden inside a lot of irrelevant
                "them. I will ask you about one of them.\n")
 NAMES = ["Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry",
          "Irene", "Jack", "Kate", "Leo", "Maria", "Nick", "Olga", "Peter"]
+QA_TOKENS = 24  # room one question + answer takes at most (the longest name's question + " 12345.")
 
 
 def passkey_needle(key):
@@ -113,135 +117,293 @@ def haystack(intro, filler_count, placed, question):
     return "".join(parts)
 
 
+class PyBpe:
+    """tokenizer.json's byte-level BPE in pure Python: the stand-in for `tokenizers` in --dry-run
+    where that package is absent (same pre-tokenizer regex and merges; slow, for checks only)."""
+
+    PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+    def __init__(self, path):
+        import regex  # noqa: PLC0415 (only the dry run needs it)
+        with open(path, encoding="utf-8") as f:
+            j = json.load(f)
+        self.vocab = j["model"]["vocab"]
+        self.inverse = {i: s for s, i in self.vocab.items()}
+        merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in j["model"]["merges"]]
+        self.ranks = {m: i for i, m in enumerate(merges)}
+        for t in j.get("added_tokens", []):
+            self.vocab[t["content"]] = t["id"]
+            self.inverse[t["id"]] = t["content"]
+        bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+        cs, n = bs[:], 0
+        for b in range(256):
+            if b not in bs:
+                bs.append(b)
+                cs.append(256 + n)
+                n += 1
+        self.byte_char = {b: chr(c) for b, c in zip(bs, cs)}
+        self.char_byte = {c: b for b, c in self.byte_char.items()}
+        self.pattern = regex.compile(self.PATTERN)
+        self.cache = {}
+
+    def _bpe(self, word):
+        if word in self.cache:
+            return self.cache[word]
+        parts = list(word)
+        while len(parts) > 1:
+            pairs = [(self.ranks.get((a, b), 1 << 30), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))]
+            rank, i = min(pairs)
+            if rank == 1 << 30:
+                break
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        ids = [self.vocab[p] for p in parts]
+        self.cache[word] = ids
+        return ids
+
+    def encode(self, text):
+        ids = []
+        for piece in self.pattern.findall(text):
+            ids.extend(self._bpe("".join(self.byte_char[b] for b in piece.encode("utf-8"))))
+        return SimpleNamespace(ids=ids)
+
+    def encode_batch(self, texts):
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids):
+        text = "".join(self.inverse[i] for i in ids)
+        return bytes(self.char_byte.get(c, ord("?")) for c in text).decode("utf-8", "replace")
+
+    def token_to_id(self, s):
+        return self.vocab.get(s)
+
+
 class Data:
-    """The seeded stream of training rows."""
+    """The seeded stream of training rows (pure Python: lists of ints; the trainer makes tensors)."""
 
     def __init__(self, tok, train_text, train_ids, seed):
         self.tok = tok
         self.rng = random.Random(seed)
         self.train_text = train_text
-        self.train_ids = train_ids  # torch int64 [n]
+        self.train_ids = train_ids  # list of ints
         self.paragraph_starts = [0] + [m.end() for m in re.finditer("\n\n", train_text)]
-        self.filler_tokens = len(tok.encode(FILLER).ids) - 1  # in context the trailing space joins the next word
+        # tokens one filler sentence adds inside a haystack (its trailing space joins the next word)
+        self.filler_tokens = len(tok.encode(FILLER * 9).ids) - len(tok.encode(FILLER * 8).ids)
         self.chars_per_token = len(train_text) / len(train_ids)
         self.counts = {k: 0 for k in MIXTURE}
+        self.answers = 0
+        self.retries = 0
 
     def value(self):
         return str(10000 + self.rng.randrange(90000))
 
-    def prompt_length(self, t):
-        lo = 192 if t <= SHORT_T else 1024
-        return int(math.exp(self.rng.uniform(math.log(lo), math.log(t - 16))))
-
-    def passkey(self, length):
-        key = self.value()
-        f = max(0, (length - 60) // self.filler_tokens)
-        k = round(self.rng.random() * f)
-        return haystack(PASSKEY_INTRO, f, [(k, passkey_needle(key))], PASSKEY_QUESTION), f" {key}."
-
-    def multikey(self, length):
-        n = self.rng.choice([1, 2, 3, 4, 4, 4, 6, 8, 8, 12, 16])
-        names = self.rng.sample(NAMES, n)
-        values = []
-        while len(values) < n:
+    def values(self, n):
+        out = []
+        while len(out) < n:
             v = self.value()
-            if v not in values:
-                values.append(v)
-        asked = self.rng.randrange(n)
-        f = max(0, (length - 50 - 18 * n) // self.filler_tokens)
+            if v not in out:
+                out.append(v)
+        return out
+
+    def prompt_length(self, lo, hi):
+        return int(math.exp(self.rng.uniform(math.log(lo), math.log(max(lo + 1, hi)))))
+
+    def questions(self, n):
+        return min(n, self.rng.choice([1, 1, 2, 3, 4]))
+
+    # Each episode builder returns a list of pieces (text or token-id list, "lm" | "ans").
+    def passkey(self, length, n=None, q=None):
+        key = self.value()
+        f = max(0, (length - 80) // self.filler_tokens)
+        k = round(self.rng.random() * f)
+        return [(haystack(PASSKEY_INTRO, f, [(k, passkey_needle(key))], PASSKEY_QUESTION), "lm"), (f" {key}.", "ans")]
+
+    def multikey(self, length, n=None, q=None):
+        n = n or self.rng.choice([1, 2, 3, 4, 4, 4, 6, 8, 8, 12, 16])
+        q = q or self.questions(n)
+        names = self.rng.sample(NAMES, n)
+        values = self.values(n)
+        asked = self.rng.sample(range(n), q)
+        f = max(0, (length - 50 - 16 * n - QA_TOKENS * (q - 1)) // self.filler_tokens)
         placed = sorted((round(self.rng.random() * f), i) for i in range(n))
         text = haystack(MULTI_INTRO, f, [(a, multi_needle_text(names[i], values[i])) for a, i in placed],
-                        multi_question(names[asked]))
-        return text, f" {values[asked]}."
+                        multi_question(names[asked[0]]))
+        pieces = [(text, "lm"), (f" {values[asked[0]]}.", "ans")]
+        for i in asked[1:]:
+            pieces += [(multi_question(names[i]), "lm"), (f" {values[i]}.", "ans")]
+        return pieces
 
     def austen_window(self, chars):
+        chars = max(0, chars)
         start = self.rng.choice(self.paragraph_starts)
         start = min(start, max(0, len(self.train_text) - chars))
         return self.train_text[start:start + chars]
 
-    def haystack(self, length):
+    def haystack(self, length, n=None, q=None):
         """Needles at sentence ends of an Austen window; three styles of needle and question."""
         style = self.rng.choice(["passkey", "names", "lines"])
         n = 1 if style == "passkey" else self.rng.choice([1, 2, 4, 8, 16])
-        text = self.austen_window(int((length - 40 - 14 * n) * self.chars_per_token * 0.97))
+        q = self.questions(n)
+        text = self.austen_window(int((length - 40 - 14 * n - QA_TOKENS * (q - 1)) * self.chars_per_token * 0.95))
         cuts = [m.end() for m in re.finditer(r"[.!?][ \n]", text)] or [len(text)]
         if style == "passkey":
             key = self.value()
-            needles, intro, question, answer = [passkey_needle(key)], PASSKEY_INTRO, PASSKEY_QUESTION, f" {key}."
+            needles, intro, qa = [passkey_needle(key)], PASSKEY_INTRO, [(PASSKEY_QUESTION, f" {key}.")]
         elif style == "names":
             names = self.rng.sample(NAMES, n)
-            values = [self.value() for _ in names]
-            asked = self.rng.randrange(n)
+            values = self.values(n)
             needles = [multi_needle_text(a, b) for a, b in zip(names, values)]
-            intro, question, answer = MULTI_INTRO, multi_question(names[asked]), f" {values[asked]}."
+            intro = MULTI_INTRO
+            qa = [(multi_question(names[i]), f" {values[i]}.") for i in self.rng.sample(range(n), q)]
         else:
             keys = self.rng.sample(range(1000, 10000), n)
-            values = [self.value() for _ in keys]
-            asked = self.rng.randrange(n)
+            values = self.values(n)
             needles = [f"\nkey {a}: {b}\n" for a, b in zip(keys, values)]
-            intro, question, answer = "", f"\nkey {keys[asked]}:", f" {values[asked]}"
+            intro = ""
+            qa = [(f"\nkey {keys[i]}:", f" {values[i]}") for i in self.rng.sample(range(n), q)]
         at = sorted(self.rng.choice(cuts) for _ in needles)
-        pieces, prev = [intro], 0
+        body, prev = [intro], 0
         for pos, needle in zip(at, needles):
-            pieces += [text[prev:pos], needle]
+            body += [text[prev:pos], needle]
             prev = pos
-        pieces += [text[prev:], question]
-        return "".join(pieces), answer
+        body += [text[prev:], qa[0][0]]
+        pieces = [("".join(body), "lm"), (qa[0][1], "ans")]
+        for question, answer in qa[1:]:
+            pieces += [(question, "lm"), (answer, "ans")]
+        return pieces
+
+    def repeat(self, length, n=None, q=None):
+        k = self.rng.randint(16, 128)
+        gap = max(8, length - 2 * k)
+        start = self.rng.randrange(0, len(self.train_ids) - k)
+        span = self.train_ids[start:start + k]
+        return [(span, "lm"), (self.lm_window(gap), "lm"), (span, "lm")]
 
     def lm_window(self, n):
         start = self.rng.randrange(0, len(self.train_ids) - n)
         return self.train_ids[start:start + n]
 
-    def batch(self, t, rows):
-        """([rows, t+1] ids, [rows, t] LM mask, [rows, t] answer mask), masks indexed by target position."""
-        kinds = self.rng.choices(list(MIXTURE), weights=list(MIXTURE.values()), k=rows)
-        texts, lengths = [], []
-        for kind in kinds:
-            self.counts[kind] += 1
-            if kind == "lm":
+    def encode_episodes(self, episodes):
+        """Token ids of every text piece (one encode_batch call), in place."""
+        where = [(e, p) for e, ep in enumerate(episodes) for p, (x, _) in enumerate(ep) if isinstance(x, str)]
+        encoded = self.tok.encode_batch([episodes[e][p][0] for e, p in where]) if where else []
+        for (e, p), enc in zip(where, encoded):
+            episodes[e][p] = (enc.ids, episodes[e][p][1])
+
+    def batch(self, t, rows, lo, kind=None, length=None, n=None, q=None):
+        """(ids [rows][t+1], lm mask [rows][t], answer mask [rows][t]) as lists; masks by target position.
+        kind/length/n/q fix the episode (the retrieval probe); by default they are drawn."""
+        kinds = [kind] * rows if kind else self.rng.choices(list(MIXTURE), weights=list(MIXTURE.values()), k=rows)
+        lengths, episodes = [], []
+        for k in kinds:
+            self.counts[k] = self.counts.get(k, 0) + 1
+            lengths.append(length or self.prompt_length(lo, t - 16 - QA_TOKENS))
+            episodes.append(None if k == "lm" else getattr(self, k)(lengths[-1], n, q))
+        self.encode_episodes([e for e in episodes if e is not None])
+        for r, k in enumerate(kinds):  # an estimate ran long (rare): draw that episode again, shorter
+            tries = 0
+            while episodes[r] is not None and sum(len(x) for x, _ in episodes[r]) + 1 > t + 1:
+                tries += 1
+                self.retries += 1
+                assert tries < 20, f"cannot fit a {k} episode into {t} tokens"
+                lengths[r] = int(lengths[r] * 0.85)
+                episodes[r] = getattr(self, k)(lengths[r], n, q)
+                self.encode_episodes([episodes[r]])
+        ids, lm, ans = [], [], []
+        for r, k in enumerate(kinds):
+            if episodes[r] is None:
+                ids.append(list(self.lm_window(t + 1)))
+                lm.append([1] * t)
+                ans.append([0] * t)
                 continue
-            length = self.prompt_length(t)
-            texts.append(getattr(self, kind)(length))
-            lengths.append(length)
-        flat = [s for pair in texts for s in pair]
-        encoded = self.tok.encode_batch([flat[i] for i in range(0, len(flat), 2)]) if texts else []
-        answers = self.tok.encode_batch([flat[i] for i in range(1, len(flat), 2)]) if texts else []
-        ids = torch.zeros(rows, t + 1, dtype=torch.int64)
-        lm = torch.zeros(rows, t)
-        ans = torch.zeros(rows, t)
-        j = 0
-        for r, kind in enumerate(kinds):
-            if kind == "lm":
-                ids[r] = self.lm_window(t + 1)
-                lm[r] = 1
-                continue
-            prompt, answer = encoded[j].ids, answers[j].ids
-            j += 1
-            if len(prompt) + len(answer) + 2 > t + 1:  # an estimate ran long: keep the question end
-                prompt = prompt[len(prompt) + len(answer) + 2 - (t + 1):]
-            seq = prompt + answer + [EOT_ID]
-            n = len(seq)
-            ids[r, :n] = torch.tensor(seq)
-            ids[r, n:] = self.lm_window(t + 1 - n)
-            # target position p predicts ids[p + 1]: answer tokens sit at len(prompt) .. len(prompt)+len(answer)-1
-            ans[r, len(prompt) - 1:len(prompt) - 1 + len(answer)] = 1
-            lm[r, n:] = 1
+            seq, spans = [], []  # spans: [begin, end) of the answer tokens in seq
+            for x, role in episodes[r]:
+                if role == "ans":
+                    spans.append((len(seq), len(seq) + len(x)))
+                seq.extend(x)
+            seq.append(EOT_ID)
+            seq.extend(self.lm_window(t + 1 - len(seq)))
+            # target position p predicts seq[p + 1]: an answer token at b sits at target position b - 1
+            a, m = [0] * t, [1] * t
+            for b, e in spans:
+                a[b - 1:e - 1] = [1] * (e - b)
+                m[b - 1:e - 1] = [0] * (e - b)
+            self.answers += len(spans)
+            ids.append(list(seq))
+            ans.append(a)
+            lm.append(m)
         return ids, lm, ans
 
 
-def show_examples(tok, data):
-    """Prints what the loss sees in a few rows (from a separate stream: training data is unchanged)."""
-    ids, lm, ans = data.batch(SHORT_T, 6)
-    for r in range(ids.shape[0]):
-        targets = ids[r, 1:]
-        answer = [int(t) for t, m in zip(targets, ans[r]) if m > 0]
-        first_ans = int(ans[r].nonzero()[0]) if answer else None
-        tail = tok.decode(ids[r, max(0, first_ans - 24):first_ans + 1].tolist()) if answer else ""
-        print(f"example row {r}: lm targets {int(lm[r].sum())}, answer targets {len(answer)} "
-              f"{tok.decode(answer)!r} after ...{tail!r}", flush=True)
+def split_corpus(text):
+    paragraphs = text.split("\n\n")
+    n_held = int(len(paragraphs) * HELDOUT_FRACTION)
+    return "\n\n".join(paragraphs[:-n_held]), "\n\n".join(paragraphs[-n_held:]), n_held, len(paragraphs)
+
+
+def encode_stream(tok, text):
+    sep = tok.encode("\n\n").ids
+    out = []
+    for i, e in enumerate(tok.encode_batch(text.split("\n\n"))):
+        if i:
+            out.extend(sep)
+        out.extend(e.ids)
+    return out
+
+
+def show_rows(tok, ids, lm, ans, limit=6, file=sys.stdout):
+    for r in range(min(limit, len(ids))):
+        targets = ids[r][1:]
+        answer_pos = [p for p, m in enumerate(ans[r]) if m]
+        tail = ""
+        if answer_pos:
+            first = answer_pos[0]
+            tail = tok.decode(ids[r][max(0, first - 24):first + 1])
+        answer = tok.decode([targets[p] for p in answer_pos])
+        print(f"  row {r}: lm targets {sum(lm[r])}, answer targets {len(answer_pos)} {answer!r} after ...{tail!r}",
+              file=file, flush=True)
+
+
+def dry_run(args):
+    """Builds rows of every phase and checks them without torch: lengths, masks, answers after questions."""
+    try:
+        from tokenizers import Tokenizer  # noqa: PLC0415
+        tok = Tokenizer.from_file(os.path.join(args.tokenizer, "tokenizer.json"))
+    except ImportError:
+        tok = PyBpe(os.path.join(args.tokenizer, "tokenizer.json"))
+    with open(args.corpus, encoding="utf-8") as f:
+        text = f.read()
+    if args.dry_run_chars:
+        text = text[:args.dry_run_chars]
+    train_text, _, _, _ = split_corpus(text)
+    t0 = time.time()
+    train_ids = encode_stream(tok, train_text)
+    print(f"encoded {len(train_ids)} training tokens in {time.time() - t0:.1f} s", flush=True)
+    data = Data(tok, train_text, train_ids, args.seed)
+    print(f"filler sentence: {data.filler_tokens} tokens in context", flush=True)
+    for name, t, rows, lo in PHASES:
+        n_rows = min(rows, args.dry_run_rows)
+        t0 = time.time()
+        ids, lm, ans = data.batch(t, n_rows, lo)
+        print(f"phase {name}: {n_rows} rows of {t} in {time.time() - t0:.2f} s", flush=True)
+        for r in range(n_rows):
+            assert len(ids[r]) == t + 1 and len(lm[r]) == t and len(ans[r]) == t, (name, r)
+            assert all(0 <= x < 4096 for x in ids[r]), (name, r)
+            assert all(a + b == 1 for a, b in zip(lm[r], ans[r])), (name, r)
+        show_rows(tok, ids, lm, ans, limit=args.dry_run_show)
+    for kind, length, n in (("passkey", 1024, 1), ("multikey", 4096, 4), ("passkey", 16000, 1)):
+        ids, lm, ans = data.batch(16384 if length > 2048 else 2048, 2, 64, kind=kind, length=length, n=n, q=1)
+        for r in range(2):
+            first = [p for p, m in enumerate(ans[r]) if m][0]
+            print(f"probe {kind} {length}: answer at target position {first} "
+                  f"({tok.decode(ids[r][first - 12:first + 1])!r} -> {tok.decode(ids[r][first + 1:first + 7])!r})")
+            assert length * 0.8 < first <= length, (kind, length, first)
+    print(f"rows drawn {data.counts}, answers {data.answers}, length retries {data.retries}")
+    return 0
 
 
 def make_model_config():
+    import inspect  # noqa: PLC0415
+    from transformers import LlamaConfig  # noqa: PLC0415
     if "rope_parameters" in inspect.signature(LlamaConfig.__init__).parameters:
         rope = {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}
     else:
@@ -253,49 +415,25 @@ def make_model_config():
         attention_bias=False, mlp_bias=False, bos_token_id=0, eos_token_id=0, dtype="bfloat16")
 
 
-def lr_at(step, total):
+def lr_at(step, progress):
+    """Warm-up over WARMUP_STEPS, constant, then linear decay to MIN_LR from progress DECAY_FROM to 1."""
     if step < WARMUP_STEPS:
         return PEAK_LR * (step + 1) / WARMUP_STEPS
-    progress = (step - WARMUP_STEPS) / max(1, total - WARMUP_STEPS)
-    return MIN_LR + 0.5 * (PEAK_LR - MIN_LR) * (1 + math.cos(math.pi * min(1.0, progress)))
+    if progress <= DECAY_FROM:
+        return PEAK_LR
+    return MIN_LR + (PEAK_LR - MIN_LR) * max(0.0, 1 - (progress - DECAY_FROM) / (1 - DECAY_FROM))
 
 
-def losses(model, ids, lm, ans):
-    logits = model(input_ids=ids[:, :-1]).logits.float()  # [B, T, vocab]
-    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
-                                           reduction="none").view_as(lm)
-    lm_loss = (ce * lm).sum() / lm.sum().clamp(min=1)
-    ans_loss = (ce * ans).sum() / ans.sum().clamp(min=1)
-    # answer accuracy: every answer token of a row predicted exactly (teacher forcing)
-    wrong = ((logits.argmax(-1) != ids[:, 1:]).float() * ans).sum(-1)
-    has = ans.sum(-1) > 0
-    acc = ((wrong == 0) & has).float().sum() / has.float().sum().clamp(min=1)
-    return lm_loss, ans_loss, acc
+def train(args):
+    import tokenizers  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+    from tokenizers import Tokenizer  # noqa: PLC0415
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
+    from transformers import GenerationConfig, LlamaForCausalLM  # noqa: PLC0415
 
-
-@torch.no_grad()
-def heldout_loss(model, ids, device, t=2048, rows=16):
-    model.eval()
-    n = min(rows, (len(ids) - 1) // t)
-    batch = torch.stack([ids[i * t:(i + 1) * t + 1] for i in range(n)]).to(device)
-    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-        logits = model(input_ids=batch[:, :-1]).logits.float()
-    model.train()
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).item()
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokenizer", default=os.path.join(os.path.dirname(__file__), "..", "models", "demo-austen"))
-    ap.add_argument("--seed", type=int, default=20261129)
-    ap.add_argument("--steps-short", type=int, default=400, help=f"steps of {SHORT_BATCH} x {SHORT_T} tokens")
-    ap.add_argument("--steps-long", type=int, default=75, help=f"steps of {LONG_BATCH} x {LONG_T} tokens")
-    ap.add_argument("--max-seconds", type=float, default=0,
-                    help="stop early after this many seconds of training (0 = never); recipe.json records it")
-    ap.add_argument("--log-every", type=int, default=25)
-    args = ap.parse_args()
+    # flash first; memory-efficient attention only if transformers ever passes an explicit mask
+    kernels = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
     t_start = time.time()
     os.makedirs(args.out, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -305,10 +443,7 @@ def main():
 
     with open(args.corpus, encoding="utf-8") as f:
         text = f.read()
-    paragraphs = text.split("\n\n")
-    n_held = int(len(paragraphs) * HELDOUT_FRACTION)
-    train_text = "\n\n".join(paragraphs[:-n_held])
-    held_text = "\n\n".join(paragraphs[-n_held:])
+    train_text, held_text, n_held, n_paragraphs = split_corpus(text)
     with open(os.path.join(args.out, "heldout.txt"), "w", encoding="utf-8") as f:
         f.write(held_text)
     for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -323,21 +458,31 @@ def main():
     tok = Tokenizer.from_file(os.path.join(args.out, "tokenizer.json"))
     assert tok.token_to_id("<|endoftext|>") == EOT_ID
 
-    def encode_stream(t):
-        sep = tok.encode("\n\n").ids
-        out = []
-        for i, e in enumerate(tok.encode_batch(t.split("\n\n"))):
-            if i:
-                out.extend(sep)
-            out.extend(e.ids)
-        return torch.tensor(out, dtype=torch.int64)
-
-    train_ids, held_ids = encode_stream(train_text), encode_stream(held_text)
+    train_ids, held_ids = encode_stream(tok, train_text), encode_stream(tok, held_text)
     data = Data(tok, train_text, train_ids, args.seed)
-    print(f"data ready in {time.time() - t_start:.1f} s: {len(train_ids)} training tokens, {len(held_ids)} held-out",
-          flush=True)
+    print(f"data ready in {time.time() - t_start:.1f} s: {len(train_ids)} training tokens, {len(held_ids)} held-out; "
+          f"filler sentence {data.filler_tokens} tokens", flush=True)
+    example = Data(tok, train_text, train_ids, args.seed + 1)  # a separate stream: training data is unchanged
+    print("examples:", flush=True)
+    show_rows(tok, *example.batch(2048, 6, 64))
 
-    show_examples(tok, Data(tok, train_text, train_ids, args.seed + 1))
+    def to_device(batch):
+        ids, lm, ans = batch
+        return (torch.tensor(ids, dtype=torch.int64).pin_memory().to(device, non_blocking=True),
+                torch.tensor(lm, dtype=torch.uint8).pin_memory().to(device, non_blocking=True).float(),
+                torch.tensor(ans, dtype=torch.uint8).pin_memory().to(device, non_blocking=True).float())
+
+    def losses(model, ids, lm, ans):
+        logits = model(input_ids=ids[:, :-1]).logits.float()  # [B, T, vocab]
+        ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                                               reduction="none").view_as(lm)
+        lm_loss = (ce * lm).sum() / lm.sum().clamp(min=1)
+        ans_loss = (ce * ans).sum() / ans.sum().clamp(min=1)
+        # answer exact: every answer token of a row is the argmax (teacher forcing = greedy decoding)
+        wrong = ((logits.argmax(-1) != ids[:, 1:]).float() * ans).sum(-1)
+        has = ans.sum(-1) > 0
+        acc = ((wrong == 0) & has).float().sum() / has.float().sum().clamp(min=1)
+        return lm_loss, ans_loss, acc
 
     torch.manual_seed(args.seed)
     config = make_model_config()
@@ -349,40 +494,91 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=PEAK_LR, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    total = args.steps_short + args.steps_long
-    history, stopped_early = [], False
+    plan = [args.steps_tiny, args.steps_short, args.steps_long]
+    total = sum(plan)
+    done = [0, 0, 0]
+    history, phase_starts, stopped_early, phase = [], {}, False, 0
+    budget = args.max_seconds
+    long_reserve = args.steps_long * LONG_STEP_SECONDS
     t0 = time.time()
     step = 0
-    with sdpa_kernel(ATTENTION_KERNELS):
-        for step in range(total):
-            long_phase = step >= args.steps_short
-            t, rows = (LONG_T, LONG_BATCH) if long_phase else (SHORT_T, SHORT_BATCH)
-            ids, lm, ans = data.batch(t, rows)
-            ids, lm, ans = ids.to(device, non_blocking=True), lm.to(device), ans.to(device)
+    with sdpa_kernel(kernels):
+        while True:
+            elapsed = time.time() - t0
+            if phase < 2 and budget and elapsed > budget - long_reserve:
+                print(f"{elapsed:.0f} s: only the long phase's {long_reserve:.0f} s are left; phase {PHASES[phase][0]} "
+                      f"ends after {done[phase]} of {plan[phase]} steps", flush=True)
+                phase = 2
+            while phase < 3 and done[phase] >= plan[phase]:
+                phase += 1
+            if phase == 3:
+                break
+            if budget and elapsed > budget + 0.15 * long_reserve + 5:
+                stopped_early = True
+                print(f"--max-seconds {budget:g} overrun: stopped after {step} steps", flush=True)
+                break
+            name, t, rows, lo = PHASES[phase]
+            phase_starts.setdefault(name, step)
+            batch = to_device(data.batch(t, rows, lo))
+            progress = max(step / total, elapsed / budget if budget else 0.0)
+            lr = lr_at(step, progress)
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, total)
+                g["lr"] = lr
             with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-                lm_loss, ans_loss, acc = losses(model, ids, lm, ans)
+                lm_loss, ans_loss, acc = losses(model, *batch)
             opt.zero_grad(set_to_none=True)
             (lm_loss + ans_loss).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            last = step + 1 == total
-            if (step + 1) % args.log_every == 0 or last or step + 1 == args.steps_short:
-                entry = {"step": step + 1, "T": t, "lm_loss": round(lm_loss.item(), 4),
+            step += 1
+            done[phase] += 1
+            if step % args.log_every == 0 or done[phase] == plan[phase]:
+                entry = {"step": step, "phase": name, "T": t, "lr": round(lr, 6), "lm_loss": round(lm_loss.item(), 4),
                          "answer_loss": round(ans_loss.item(), 4), "answer_exact": round(acc.item(), 3),
                          "seconds": round(time.time() - t0, 1)}
                 history.append(entry)
                 print(json.dumps(entry), flush=True)
-            if args.max_seconds and time.time() - t0 > args.max_seconds and not last:
-                stopped_early = True
-                print(f"--max-seconds {args.max_seconds:g} reached after {step + 1} of {total} steps", flush=True)
-                break
     torch.cuda.synchronize()
     seconds = time.time() - t0
-    with sdpa_kernel(ATTENTION_KERNELS):
-        val = heldout_loss(model, held_ids, device)
-    print(f"trained {step + 1} steps in {seconds:.1f} s; held-out loss {val:.4f} (2048-token windows)", flush=True)
+
+    @torch.no_grad()
+    def heldout_loss(t=2048, rows=16):
+        model.eval()
+        n = min(rows, (len(held_ids) - 1) // t)
+        batch = torch.tensor([held_ids[i * t:(i + 1) * t + 1] for i in range(n)], dtype=torch.int64, device=device)
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            logits = model(input_ids=batch[:, :-1]).logits.float()
+        model.train()
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).item()
+
+    @torch.no_grad()
+    def probe():
+        """Teacher-forced exact answers on fresh eval-format items (greedy decoding would give the same)."""
+        model.eval()
+        pdata = Data(tok, train_text, train_ids, args.seed + 2)
+        out = []
+        for kind, n in (("passkey", 1), ("multikey", 4)):
+            for length in (1024, 4096, 16000):
+                t = 2048 if length < 2048 else 16384
+                rows = 16 if length < 2048 else 8
+                exact, aloss = 0.0, 0.0
+                for _ in range(rows // 4):
+                    b = to_device(pdata.batch(t, 4, 64, kind=kind, length=length, n=n, q=1))
+                    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                        _, a_loss, acc = losses(model, *b)
+                    exact += acc.item() * 4
+                    aloss += a_loss.item() / (rows // 4)
+                out.append({"task": kind, "needles": n, "length": length, "items": rows, "exact": int(round(exact)),
+                            "answer_loss": round(aloss, 4)})
+                print(f"probe {kind} (needles {n}) at {length} tokens: {int(round(exact))}/{rows} exact, "
+                      f"answer loss {aloss:.3f}", flush=True)
+        model.train()
+        return out
+
+    with sdpa_kernel(kernels):
+        val = heldout_loss()
+        print(f"trained {step} steps in {seconds:.1f} s; held-out loss {val:.4f} (2048-token windows)", flush=True)
+        probes = probe()
 
     model = model.to(torch.bfloat16).cpu()
     model.config.dtype = torch.bfloat16
@@ -400,18 +596,22 @@ def main():
                          "head_dim": 128, "intermediate": 2048, "rope_theta": 500000.0,
                          "max_position_embeddings": MAX_POSITIONS, "vocab": 4096, "tied_embeddings": True},
         "data": {"corpus": args.corpus, "corpus_sha256": sha256_of(args.corpus),
-                 "heldout": f"last {HELDOUT_FRACTION:.0%} of the passages ({n_held} of {len(paragraphs)})",
+                 "heldout": f"last {HELDOUT_FRACTION:.0%} of the passages ({n_held} of {n_paragraphs})",
                  "train_tokens": len(train_ids), "heldout_tokens": len(held_ids), "mixture": MIXTURE,
-                 "rows_drawn": data.counts},
-        "schedule": {"steps_short": args.steps_short, "short_rows": [SHORT_BATCH, SHORT_T],
-                     "steps_long": args.steps_long, "long_rows": [LONG_BATCH, LONG_T],
-                     "steps_trained": step + 1, "stopped_early_by_max_seconds": stopped_early,
+                 "rows_drawn": data.counts, "answers_drawn": data.answers, "length_retries": data.retries},
+        "schedule": {"phases": [{"name": n, "rows": [b, t], "prompt_lengths": [lo, t - 16 - QA_TOKENS],
+                                 "steps_planned": p, "steps_trained": d, "first_step": phase_starts.get(n)}
+                                for (n, t, b, lo), p, d in zip(PHASES, plan, done)],
+                     "steps_trained": step, "max_seconds": budget, "stopped_early_by_max_seconds": stopped_early,
                      "optimizer": "AdamW betas 0.9/0.95 wd 0.1 (matrices), clip 1.0",
-                     "lr": {"peak": PEAK_LR, "min": MIN_LR, "warmup": WARMUP_STEPS, "decay": "cosine"},
+                     "lr": {"peak": PEAK_LR, "min": MIN_LR, "warmup_steps": WARMUP_STEPS,
+                            "shape": f"constant, linear decay from progress {DECAY_FROM} (progress = max(step, time) fraction)"},
+                     "loss": "mean(LM targets) + mean(answer targets)",
                      "precision": "bf16 autocast, flash SDPA"},
         "train_seconds": round(seconds, 1),
         "final": history[-1] if history else None,
         "heldout_loss_2048": round(val, 4),
+        "retrieval_probe": probes,
         "history": history,
         "device": torch.cuda.get_device_name(0),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
@@ -423,6 +623,32 @@ def main():
         f.write("\n")
     print(f"model.safetensors sha256 {files['model.safetensors']}", flush=True)
     print(f"wrote {args.out} in {time.time() - t_start:.1f} s total", flush=True)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--out", help="output directory (required unless --dry-run)")
+    ap.add_argument("--tokenizer", default=os.path.join(os.path.dirname(__file__), "..", "models", "demo-austen"))
+    ap.add_argument("--seed", type=int, default=20261129)
+    ap.add_argument("--steps-tiny", type=int, default=450, help="steps of 128 x 512 tokens")
+    ap.add_argument("--steps-short", type=int, default=950, help="steps of 32 x 2048 tokens")
+    ap.add_argument("--steps-long", type=int, default=140, help="steps of 4 x 16384 tokens")
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="training time budget (0 = none): the long phase starts early and the run stops "
+                         "when it is spent; recipe.json records it")
+    ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--dry-run", action="store_true", help="build and check rows of every phase; no torch")
+    ap.add_argument("--dry-run-rows", type=int, default=8)
+    ap.add_argument("--dry-run-show", type=int, default=4)
+    ap.add_argument("--dry-run-chars", type=int, default=0, help="use only this many corpus characters")
+    args = ap.parse_args()
+    if args.dry_run:
+        return dry_run(args)
+    if not args.out:
+        ap.error("--out is required")
+    return train(args)
 
 
 if __name__ == "__main__":
