@@ -1,7 +1,8 @@
 #pragma once
 // The KV-format flags of generate, score and serve:
 //   --kv-dtype auto|f32|bf16|fp8|nvfp4|k8v4   default auto: the accuracy study's recommendation
-//   --rotate auto|none|hadamard               (fp8, Hadamard where head_dim allows; runtime/kv_choice.h)
+//   --rotate auto|none|hadamard               (fp8 + Hadamard, bf16 where head_dim is not a power of two;
+//                                             runtime/kv_choice.h)
 // Names are checked when the flags are parsed (before a model loads); the head_dim-dependent choice
 // is made once the model's geometry is known.
 #include <CLI/CLI.hpp>
@@ -22,9 +23,11 @@ struct KvFlags {
 
 inline void add_kv_flags(CLI::App* cmd, KvFlags& flags) {
   cmd->add_option("--kv-dtype", flags.dtype,
-                  fmt::format("KV cache format: auto f32 bf16 fp8 nvfp4 k8v4 (auto: {}; nvfp4 and k8v4 hold "
-                              "~1.8x and ~1.3x its context)",
-                              quant::kv_dtype_name(runtime::kRecommendedDtype)))
+                  fmt::format("KV cache format: auto f32 bf16 fp8 nvfp4 k8v4 (auto: {} with the Hadamard rotation "
+                              "where head_dim is a power of two, else {}; nvfp4 and k8v4 hold ~1.8x and ~1.3x "
+                              "fp8's context)",
+                              quant::kv_dtype_name(runtime::kRecommendedDtype),
+                              quant::kv_dtype_name(runtime::kUnrotatedDtype)))
       ->capture_default_str()
       ->check([](const std::string& s) -> std::string {
         if (s == "auto") return {};

@@ -14,7 +14,11 @@ bool quantizes(quant::KvDtype d) {
 KvChoice resolve_kv_choice(std::string_view dtype_flag, std::string_view rotate_flag, int64_t head_dim) {
   NIBBLE_CHECK(head_dim > 0, "head_dim must be positive, got {}", head_dim);
   KvChoice c{};
-  c.dtype = dtype_flag == "auto" ? kRecommendedDtype : quant::parse_kv_dtype(dtype_flag);
+  if (dtype_flag == "auto") {
+    c.dtype = quant::is_power_of_two(head_dim) ? kRecommendedDtype : kUnrotatedDtype;
+  } else {
+    c.dtype = quant::parse_kv_dtype(dtype_flag);
+  }
   if (rotate_flag == "auto") {
     c.rotation = quantizes(c.dtype) && quant::is_power_of_two(head_dim) ? quant::Rotation::kHadamard
                                                                        : quant::Rotation::kNone;

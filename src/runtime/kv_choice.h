@@ -4,8 +4,10 @@
 // accuracy study (docs/ACCURACY.md, "Recommended default"). Explicit names are parsed and checked
 // against the head_dim as before, so a bad flag is rejected with a message that names it.
 //
-//   auto dtype     kRecommendedDtype (fp8: the most faithful format below bf16 in the study, 2x the
-//                  context of bf16; it holds every head_dim)
+//   auto dtype     kRecommendedDtype (fp8 with the rotation: the most faithful format below bf16 on
+//                  both study models, half of bf16's bytes) where head_dim is a power of two;
+//                  otherwise kUnrotatedDtype (bf16: plain fp8 is fragile with outlier keys, which
+//                  only the rotation tames)
 //   auto rotation  Hadamard if the chosen dtype quantizes (fp8, nvfp4, k8v4) and head_dim is a power
 //                  of two (the rotation's requirement), else none
 //
@@ -18,6 +20,7 @@
 namespace nibble::runtime {
 
 inline constexpr quant::KvDtype kRecommendedDtype = quant::KvDtype::kFP8;
+inline constexpr quant::KvDtype kUnrotatedDtype = quant::KvDtype::kBF16;
 
 struct KvChoice {
   quant::KvDtype dtype;

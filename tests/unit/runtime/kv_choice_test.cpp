@@ -14,18 +14,21 @@ namespace {
 using quant::KvDtype;
 using quant::Rotation;
 
-TEST(KvChoice, AutoIsFp8WithHadamardWhereHeadDimIsAPowerOfTwo) {
+TEST(KvChoice, AutoIsFp8WithHadamardWhereHeadDimIsAPowerOfTwoElseBf16) {
   EXPECT_EQ(kRecommendedDtype, KvDtype::kFP8);  // docs/ACCURACY.md's recommendation
+  EXPECT_EQ(kUnrotatedDtype, KvDtype::kBF16);
   for (int64_t d : {8, 16, 64, 128, 256}) {
     const KvChoice c = resolve_kv_choice("auto", "auto", d);
     EXPECT_EQ(c.dtype, KvDtype::kFP8) << d;
     EXPECT_EQ(c.rotation, Rotation::kHadamard) << d;
   }
-  for (int64_t d : {24, 80, 96, 112}) {  // the rotation needs a power of two; fp8 holds any head_dim
+  for (int64_t d : {24, 80, 96, 112}) {  // no rotation possible: bf16, not outlier-fragile plain fp8
     const KvChoice c = resolve_kv_choice("auto", "auto", d);
-    EXPECT_EQ(c.dtype, KvDtype::kFP8) << d;
+    EXPECT_EQ(c.dtype, KvDtype::kBF16) << d;
     EXPECT_EQ(c.rotation, Rotation::kNone) << d;
   }
+  // An explicit --rotate none keeps the dtype rule of the head_dim (fp8 at a power of two).
+  EXPECT_EQ(resolve_kv_choice("auto", "none", 80).dtype, KvDtype::kBF16);
 }
 
 TEST(KvChoice, ExplicitNamesWin) {
