@@ -53,9 +53,9 @@
 #include "backend/cuda/kv_write.h"
 #include "cache/page_layout.h"
 #include "quant/kv_format.h"
+#include "read_bandwidth.h"
 
 namespace nibble::bench {
-double time_read(const void* data, int64_t bytes, unsigned* sink, int sms, int reps);  // read_bandwidth.cu
 }
 
 namespace {

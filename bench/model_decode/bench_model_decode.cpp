@@ -15,7 +15,7 @@
 //              programmatic dependent launch (gemv.h);
 //   products   each batch-1 product alone (single and fused, L2 flushed before each), the GEMV
 //              (gemv.h, the default) against cuBLAS, in GB/s and as a fraction of the read bandwidth;
-//   roofline   the device's read bandwidth measured in the same run (read_bandwidth.cu); the
+//   roofline   the device's read bandwidth measured in the same run (bench/common/read_bandwidth.h); the
 //              weight-read limit = bytes of weights read per token / bandwidth (the LM head
 //              included, the embedding table not: decode reads one row of it), and the weights+KV
 //              limit adds the KV bytes the step reads (context × bytes per token of all layers).
@@ -41,12 +41,10 @@
 #include "config/model_config.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "read_bandwidth.h"
 #include "runtime/forward_step.h"
 
 namespace nibble::bench {
-
-double measure_read_bandwidth(int64_t bytes, int passes);  // read_bandwidth.cu
-void read_through(const void* buffer, int64_t bytes, uint32_t* sink, cudaStream_t stream);
 
 namespace {
 
@@ -264,7 +262,7 @@ int run(int argc, char** argv) {
         cuda.set_small_matmul(small);
         std::vector<double> t;
         for (int rep = 0; rep < 21; ++rep) {
-          read_through(flush->data(), int64_t{256} << 20, static_cast<uint32_t*>(sink->data()), cuda.stream());
+          read_through(flush->data(), int64_t{256} << 20, static_cast<unsigned*>(sink->data()), cuda.stream());
           cudaEventRecord(begin, cuda.stream());
           c.call();
           cudaEventRecord(end, cuda.stream());

@@ -1,8 +1,5 @@
-// The device's practical read bandwidth: a read-only reduction over a buffer much larger than L2
-// (16-byte loads, four in flight per thread, a grid of a few waves), timed with CUDA events.
-#include <cuda_runtime.h>
-
-#include <cstdint>
+// The read-bandwidth kernel and its timings (read_bandwidth.h).
+#include "read_bandwidth.h"
 
 #include "backend/cuda/cuda_check.h"
 
@@ -22,9 +19,15 @@ __global__ void read_sum_kernel(const uint4* __restrict__ data, int64_t n, unsig
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive; practically never taken
 }
 
+int sm_count() {
+  int device = 0, sms = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 }  // namespace
 
-// Seconds for one read of `bytes` bytes at `data` (fastest of reps - 1 timed runs after a warm-up).
 double time_read(const void* data, int64_t bytes, unsigned* sink, int sms, int reps) {
   cudaEvent_t start, stop;
   NIBBLE_CUDA_CHECK(cudaEventCreate(&start));
@@ -43,6 +46,23 @@ double time_read(const void* data, int64_t bytes, unsigned* sink, int sms, int r
   NIBBLE_CUDA_CHECK(cudaEventDestroy(start));
   NIBBLE_CUDA_CHECK(cudaEventDestroy(stop));
   return best;
+}
+
+double measure_read_bandwidth(int64_t bytes, int reps) {
+  void* buffer = nullptr;
+  unsigned* sink = nullptr;
+  NIBBLE_CUDA_CHECK(cudaMalloc(&buffer, static_cast<size_t>(bytes)));
+  NIBBLE_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
+  NIBBLE_CUDA_CHECK(cudaMemset(buffer, 1, static_cast<size_t>(bytes)));
+  const double seconds = time_read(buffer, bytes, sink, sm_count(), reps);
+  NIBBLE_CUDA_CHECK(cudaFree(sink));
+  NIBBLE_CUDA_CHECK(cudaFree(buffer));
+  return static_cast<double>(bytes) / seconds;
+}
+
+void read_through(const void* buffer, int64_t bytes, unsigned* sink, cudaStream_t stream) {
+  read_sum_kernel<<<sm_count() * 8, 256, 0, stream>>>(static_cast<const uint4*>(buffer), bytes / 16, sink);
+  NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace nibble::bench
