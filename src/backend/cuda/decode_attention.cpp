@@ -2,6 +2,7 @@
 // head_dim and group tile, launch it, then the split-KV reduce when the plan splits a sequence.
 #include "backend/cuda/decode_attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
@@ -20,9 +21,15 @@ int64_t decode_group_chunks(int64_t num_q_heads, int64_t num_kv_heads) {
   return (group + detail::kMaxGroupPerBlock - 1) / detail::kMaxGroupPerBlock;
 }
 
+// The blocks per SM the split plan may fill (DecodePlanInputs::blocks_per_sm): every resident block
+// (tc_geometry) for the kernels whose blocks are issue-bound — V in nvfp4 (nvfp4, k8v4) — and at most
+// kDecodeMemoryBoundBlocksPerSm for the memory-bound ones (bf16, fp8), which stream at the read
+// bandwidth with 2 and only lose to more, shorter items (measured: decode_plan.h).
 int64_t decode_blocks_per_sm(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
   if (k_format == quant::ElemFormat::kF32) return 2;
-  return detail::tc_geometry(k_format, v_format, static_cast<int>(head_dim)).blocks_per_sm;
+  const int64_t resident = detail::tc_geometry(k_format, v_format, static_cast<int>(head_dim)).blocks_per_sm;
+  const bool issue_bound = v_format == quant::ElemFormat::kNVFP4;
+  return issue_bound ? resident : std::min(resident, kDecodeMemoryBoundBlocksPerSm);
 }
 
 int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {
@@ -52,7 +59,9 @@ void validate_part(const cache::KvPartLayout& part, const char* which, int64_t p
 
 }  // namespace
 
-void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
+namespace detail {
+
+DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   using quant::ElemFormat;
   NIBBLE_CHECK(p.plan != nullptr, "decode attention: no split plan (DecodeAttentionParams::plan is null)");
   const DecodeSplitPlan& plan = *p.plan;
@@ -96,7 +105,7 @@ void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   constexpr double kLog2e = 1.4426950408889634;
   const double rotate_norm = p.rotation == quant::Rotation::kHadamard ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
 
-  detail::DecodeKernelArgs args{};
+  DecodeKernelArgs args{};
   args.q = p.q;
   args.q_is_bf16 = p.q_dtype == ActivationDtype::kBF16;
   args.out = p.out;
@@ -124,27 +133,52 @@ void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   args.rotate = p.rotation == quant::Rotation::kHadamard;
 
   args.num_work = plan.num_work;
-  const dim3 grid(static_cast<unsigned>(plan.num_work), static_cast<unsigned>(kv_heads * group_chunks));
+  DecodeLaunch launch{};
+  launch.args = args;
+  launch.k_format = kf;
+  launch.v_format = vf;
+  launch.head_dim = static_cast<int>(head_dim);
+  launch.max_group = max_group;
+  launch.grid = dim3(static_cast<unsigned>(plan.num_work), static_cast<unsigned>(kv_heads * group_chunks));
   // The tensor-core kernel takes a 1-D grid of num_work × (kv_heads · group_chunks) blocks.
-  const dim3 grid_tc(static_cast<unsigned>(plan.num_work * kv_heads * group_chunks));
-  const int hd = static_cast<int>(head_dim);
+  launch.grid_tc = dim3(static_cast<unsigned>(plan.num_work * kv_heads * group_chunks));
+  launch.num_seqs = plan.num_seqs;
+  launch.split = plan.max_splits > 1;
+  const bool supported = (kf == vf && (kf == ElemFormat::kF32 || kf == ElemFormat::kBF16 || kf == ElemFormat::kFP8 ||
+                                       kf == ElemFormat::kNVFP4)) ||
+                         (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4);
+  NIBBLE_CHECK(supported, "decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",
+               quant::elem_format_name(kf), quant::elem_format_name(vf));
+  return launch;
+}
+
+void launch_decode_kernel(const DecodeLaunch& l, cudaStream_t stream) {
+  using quant::ElemFormat;
+  const ElemFormat kf = l.k_format, vf = l.v_format;
   if (kf == ElemFormat::kF32 && vf == ElemFormat::kF32) {
-    detail::launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(args, hd, max_group, grid, stream);
+    launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(l.args, l.head_dim, l.max_group, l.grid, stream);
   } else if (kf == ElemFormat::kBF16 && vf == ElemFormat::kBF16) {
-    detail::launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(args, hd, grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l.args, l.head_dim, l.grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kFP8) {
-    detail::launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(args, hd, grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l.args, l.head_dim, l.grid_tc, stream);
   } else if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
-    detail::launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(args, hd, grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l.args, l.head_dim, l.grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4) {
-    detail::launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(args, hd, grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l.args, l.head_dim, l.grid_tc, stream);
   } else {
     NIBBLE_FAIL("decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",
                 quant::elem_format_name(kf), quant::elem_format_name(vf));
   }
-  if (plan.max_splits > 1) {
-    detail::launch_decode_reduce(args, plan.num_seqs, hd, stream);
-  }
+}
+
+}  // namespace detail
+
+void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
+  const detail::DecodeLaunch launch = detail::prepare_decode_launch(p);
+  detail::launch_decode_kernel(launch, stream);
+  // The merge is launched programmatically: its blocks are scheduled while the decode kernel's last
+  // blocks finish, instead of after a full launch gap (they wait for its results before reading).
+  if (launch.split) detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, true, stream);
 }
 
 }  // namespace nibble::cuda

@@ -56,8 +56,10 @@ int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_hea
 // reduce kernel when the plan splits a sequence. No allocation, no host synchronization.
 void decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
 
-// Thread blocks of the decode kernel resident per SM for this format pair and head_dim (from its
-// shared-memory footprint): the DecodePlanInputs::blocks_per_sm that sizes the split plan.
+// Thread blocks per SM the split plan may fill for this format pair and head_dim: 2 where V is bf16
+// or fp8 (memory-bound blocks: two per SM already reach full bandwidth, more only add prologues and
+// merge work), every resident block (from the shared-memory footprint) where V is nvfp4
+// (issue-bound blocks gain from more). The DecodePlanInputs::blocks_per_sm of the plan.
 int64_t decode_blocks_per_sm(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
 // ceil(query heads per KV head / 8): the DecodePlanInputs::group_chunks for this geometry.

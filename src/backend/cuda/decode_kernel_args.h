@@ -89,7 +89,37 @@ template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, dim3 grid, cudaStream_t stream);
 
 // The split-KV merge (decode_reduce.cu): grid (num_seqs, num_q_heads); returns at once for a
-// sequence of one work item.
-void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, cudaStream_t stream);
+// sequence of one work item. programmatic: launched with programmatic stream serialization (PDL),
+// so its blocks may be scheduled before the decode kernel ends (they wait for its results first).
+void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, bool programmatic,
+                          cudaStream_t stream);
+
+// One decode_attention call, validated and resolved (decode_attention.cpp): the kernel arguments and
+// launch shapes. decode_attention() = prepare_decode_launch, launch_decode_kernel, then (split)
+// launch_decode_reduce; the pieces exist apart so that a benchmark can time the kernel and the merge.
+struct DecodeLaunch {
+  DecodeKernelArgs args;
+  quant::ElemFormat k_format;
+  quant::ElemFormat v_format;
+  int head_dim;
+  int max_group;   // group tile of the CUDA-core (f32) kernel
+  dim3 grid;       // CUDA-core kernel: (num_work, kv_heads · group_chunks)
+  dim3 grid_tc;    // tensor-core kernel: num_work · kv_heads · group_chunks blocks
+  int num_seqs;
+  bool split;      // some sequence has > 1 work item: the reduce kernel must run
+};
+
+}  // namespace nibble::cuda::detail
+
+namespace nibble::cuda {
+struct DecodeAttentionParams;  // decode_attention.h
+}
+
+namespace nibble::cuda::detail {
+
+// Throws nibble::Error naming the problem (decode_attention's checks).
+DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& params);
+// The decode kernel of the launch's format pair (no reduce).
+void launch_decode_kernel(const DecodeLaunch& launch, cudaStream_t stream);
 
 }  // namespace nibble::cuda::detail

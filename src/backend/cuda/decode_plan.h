@@ -16,13 +16,29 @@ namespace nibble::cuda {
 
 inline constexpr int32_t kDecodeSplitGranule = 64;  // tokens
 
+// Split sizing, measured on the H200 (2026-11-30, forced-chunk sweep of every plan at 1-32 × 1K-32K,
+// GQA 4 and 8, head_dim 128, 8 KV heads, page 64; times include the merge): bf16 and fp8 blocks
+// are memory-bound and 2 per SM already stream at the read bandwidth, so more, shorter items only
+// add prologues, partial outputs and a longer merge (8 × 32K fp8: 133.7 µs with 2 blocks per SM,
+// 142.0 with 4). nvfp4 blocks (and k8v4's, V in nvfp4) are issue-bound and gain from every resident
+// block, but only while items stay long (8 × 32K nvfp4: 126.3 µs with 4 per SM, 136.7 with 2; at
+// 1 × 16K, 512-token items on 2 per SM beat 256-token items on 4: 20.9 vs 25.2 µs).
+inline constexpr int64_t kDecodeMemoryBoundBlocksPerSm = 2;
+inline constexpr int64_t kDecodeLongItemTokens = 1024;  // items at least this long may fill every slot
+inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half the SMs would sit idle
+
 struct DecodePlanInputs {
   std::span<const int32_t> seq_lens;  // [num_seqs] tokens in the cache per sequence (>= 1), host
   int64_t num_kv_heads = 0;
   int64_t group_chunks = 1;   // ceil(query heads per KV head / 8)
   int64_t num_sms = 132;      // cudaDevAttrMultiProcessorCount of the device
-  int64_t blocks_per_sm = 4;  // thread blocks resident per SM (decode_blocks_per_sm for the format)
-  int64_t min_chunk_tokens = 256;  // never split finer than this (each item must amortize its merge)
+  // Blocks per SM worth running for the format (decode_blocks_per_sm): the plan always aims at
+  // min(this, kDecodeMemoryBoundBlocksPerSm) per SM, and at all of them when the items that gives
+  // are >= kDecodeLongItemTokens.
+  int64_t blocks_per_sm = 4;
+  // Never split finer than this (a shorter item costs a block's whole latency chain for little
+  // work); lowered once to kDecodeIdleChunkTokens when it would leave more than half the SMs idle.
+  int64_t min_chunk_tokens = 256;
   int64_t force_chunk_tokens = 0;  // > 0: use this chunk size (a multiple of the granule); tests
 };
 
