@@ -20,7 +20,12 @@
 //              included, the embedding table not: decode reads one row of it), and the weights+KV
 //              limit adds the KV bytes the step reads (context × bytes per token of all layers).
 //
-//   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48] [--no-products]
+//   breakdown  the ops of an eager step (graphs off) timed one by one with CUDA events (op_timer.h),
+//              for the first KV format and context: µs per op, and GB/s for the products.
+//
+//   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
+//                      [--modes 0,1,2,3] [--no-products] [--no-breakdown]
+//   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -41,6 +46,7 @@
 #include "config/model_config.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "op_timer.h"
 #include "read_bandwidth.h"
 #include "runtime/forward_step.h"
 
@@ -54,6 +60,8 @@ struct Args {
   std::vector<quant::KvDtype> kv{quant::KvDtype::kBF16, quant::KvDtype::kNVFP4};
   int steps = 48;
   bool products = true;  // the per-product table (--no-products: only the decode steps, e.g. under ncu)
+  bool breakdown = true;  // the per-op table of an eager step
+  std::vector<int> modes{0, 1, 2, 3};
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -87,11 +95,23 @@ Args parse_args(int argc, char** argv) {
       a.steps = std::stoi(value());
     } else if (arg == "--no-products") {
       a.products = false;
+    } else if (arg == "--no-breakdown") {
+      a.breakdown = false;
+    } else if (arg == "--modes") {
+      a.modes.clear();
+      for (const std::string& m : split(value())) {
+        const int mode = std::stoi(m);
+        NIBBLE_CHECK(mode >= 0 && mode <= 3, "--modes: {} is not one of 0..3", m);
+        a.modes.push_back(mode);
+      }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --no-products)", arg);
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3 "
+                  "--no-products --no-breakdown)",
+                  arg);
     }
   }
-  NIBBLE_CHECK(a.layers > 0 && a.steps > 0 && !a.contexts.empty() && !a.kv.empty(), "bad arguments");
+  NIBBLE_CHECK(a.layers > 0 && a.steps > 0 && !a.contexts.empty() && !a.kv.empty() && !a.modes.empty(),
+               "bad arguments");
   return a;
 }
 
@@ -149,6 +169,65 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Eager steps (graphs off, GEMV with PDL) with every op timed by events: the table (one row per op
+// label, in the order of the forward pass, then the sum against the step's wall time), as text.
+std::string breakdown_table(model::Transformer& tf, cache::KvPool& pool, const std::vector<int32_t>& pages, int64_t page_size,
+                     int64_t context, int steps, double bandwidth, OpTimer& timer, backend::CudaBackend& cuda) {
+  cuda.set_graphs_enabled(false);
+  cuda.set_small_matmul(true);
+  cuda.set_gemv_programmatic_launch(true);
+  std::vector<double> wall;
+  for (int step = 0; step < steps + 2; ++step) {
+    const int64_t position = context - 1 + step;
+    const int32_t token = static_cast<int32_t>(2000 + step);
+    const backend::SequenceStep s{
+        .first_position = position,
+        .tokens = {&token, 1},
+        .pages = {pages.data(), static_cast<size_t>((position + 1 + page_size - 1) / page_size)}};
+    const bool timed = step >= 2;
+    if (timed) timer.start_step();
+    const auto begin = std::chrono::steady_clock::now();
+    (void)runtime::run_forward_step(tf, pool, quant::Rotation::kNone, {&s, 1});
+    if (timed) {
+      wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+      timer.stop_step();
+    }
+  }
+  cuda.set_graphs_enabled(true);
+  struct Row {
+    const std::string* label;
+    double per_step, us;
+    double weight_bytes;
+  };
+  std::vector<Row> rows;
+  double total_us = 0;
+  for (const std::string& label : timer.order()) {
+    const OpTimer::OpTotals& t = timer.totals().at(label);
+    rows.push_back({&label, static_cast<double>(t.calls) / static_cast<double>(timer.steps()), median(t.us),
+                    t.weight_bytes_per_call});
+    total_us += rows.back().us * rows.back().per_step;
+  }
+  std::string out = fmt::format(
+      "\n# per-op breakdown: eager step (graphs off, events between ops), context {}, median of {} steps\n"
+      "| op | calls/step | us/call | us/step | of step | weights MB | GB/s | of read bw |\n"
+      "|---|---|---|---|---|---|---|---|\n",
+      context, timer.steps());
+  for (const Row& r : rows) {
+    out += fmt::format("| {} | {:.0f} | {:.2f} | {:.1f} | {:.1f}% |", *r.label, r.per_step, r.us, r.us * r.per_step,
+                       100.0 * r.us * r.per_step / total_us);
+    if (r.weight_bytes > 0) {
+      const double bytes_per_s = r.weight_bytes / (r.us * 1e-6);
+      out += fmt::format(" {:.1f} | {:.0f} | {:.1f}% |\n", r.weight_bytes * 1e-6, bytes_per_s * 1e-9,
+                         100.0 * bytes_per_s / bandwidth);
+    } else {
+      out += " | | |\n";
+    }
+  }
+  out += fmt::format("# sum of op medians {:.3f} ms; eager step wall time (median, events on) {:.3f} ms\n",
+                     total_us * 1e-3, median(wall) * 1e3);
+  return out;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -184,7 +263,8 @@ int run(int argc, char** argv) {
   std::unique_ptr<backend::Backend> be =
       backend::make_backend({.device = "cuda", .weights = backend::WeightPrecision::kBF16, .cuda_graphs = true});
   auto& cuda = dynamic_cast<backend::CudaBackend&>(*be);
-  model::Transformer tf(cfg, weights, *be);
+  OpTimer timer(cuda);  // the model runs through it: pass-through until a breakdown step
+  model::Transformer tf(cfg, weights, timer);
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Bytes of weights one decode step reads: every layer matrix and the LM head in bf16, the f32 norms.
@@ -291,6 +371,7 @@ int run(int argc, char** argv) {
               "limit ms | of limit |\n|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
 
+  std::string breakdown;  // the per-op table, printed last
   for (const quant::KvDtype kv : args.kv) {
     for (const int64_t context : args.contexts) {
       const int64_t page_size = 16;
@@ -301,7 +382,7 @@ int run(int argc, char** argv) {
       std::iota(pages.begin(), pages.end(), 0);
       const double kv_bytes_per_token = static_cast<double>(pool.layout().page_bytes()) / page_size;
       // graph + GEMV, eager + GEMV, graph + cuBLAS, graph + GEMV without programmatic launch
-      for (const int mode : {0, 1, 2, 3}) {
+      for (const int mode : args.modes) {
         const bool graphs = mode != 1;
         cuda.set_graphs_enabled(graphs);
         cuda.set_small_matmul(mode != 2);
@@ -329,8 +410,12 @@ int run(int argc, char** argv) {
                     100.0 * weight_limit / t, total_limit * 1e3, 100.0 * total_limit / t);
         std::fflush(stdout);
       }
+      if (args.breakdown && kv == args.kv.front() && context == args.contexts.front()) {
+        breakdown = breakdown_table(tf, pool, pages, page_size, context, args.steps, bandwidth, timer, cuda);
+      }
     }
   }
+  std::fputs(breakdown.c_str(), stdout);  // after the table it would otherwise cut in two
   const backend::GraphStats& st = cuda.graph_stats();
   std::printf("# graph stats: captures %lld, replays %lld, mismatches %lld, eager steps %lld\n",
               static_cast<long long>(st.captures), static_cast<long long>(st.replays),

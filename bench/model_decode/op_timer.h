@@ -1,0 +1,97 @@
+#pragma once
+// A Backend that forwards every call to the CUDA backend and, while timing is on, brackets each
+// compute op with CUDA events on the backend's stream: the per-op breakdown of an eager decode step
+// (bench_model_decode). Time on only with CUDA graphs off: a captured or replayed step launches
+// nothing at the seam, and events between kernels end programmatic launches' overlap (so the
+// breakdown is the eager step's, a little slower than a graph replay's).
+//
+// Op labels: the seam method, with its weight shape for the products ("matmul_swiglu [2x14336,
+// 4096] +norm"), so the products of one layer and the LM head are told apart.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace nibble::bench {
+
+class OpTimer final : public backend::Backend {
+ public:
+  explicit OpTimer(backend::CudaBackend& inner);
+  ~OpTimer() override;
+
+  // Starts timing a step (events from here on); stop_step() waits for the step and adds its ops'
+  // times to the totals.
+  void start_step();
+  void stop_step();
+
+  struct OpTotals {
+    int64_t calls = 0;                // over all timed steps
+    std::vector<double> us;           // per call
+    double weight_bytes_per_call = 0; // bf16 weights the op reads (products), else 0
+  };
+  // Label -> totals, and the order labels were first seen in.
+  const std::map<std::string, OpTotals>& totals() const { return totals_; }
+  const std::vector<std::string>& order() const { return order_; }
+  int64_t steps() const { return steps_; }
+
+  std::string_view name() const override { return inner_.name(); }
+  std::unique_ptr<backend::Buffer> allocate(int64_t bytes) override { return inner_.allocate(bytes); }
+  void copy_from_host(void* dst, const void* src, int64_t bytes) override { inner_.copy_from_host(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, int64_t bytes) override { inner_.copy_to_host(dst, src, bytes); }
+  backend::Matrix upload_matrix(const float* host, int64_t out, int64_t in,
+                                std::unique_ptr<backend::Buffer>& owner) override {
+    return inner_.upload_matrix(host, out, in, owner);
+  }
+  backend::Vector upload_vector(const float* host, int64_t size, std::unique_ptr<backend::Buffer>& owner) override {
+    return inner_.upload_vector(host, size, owner);
+  }
+  std::unique_ptr<backend::PlannedStep> plan(const backend::StepPlan& plan) override { return inner_.plan(plan); }
+  void prepare_attention(const backend::AttentionGeometry& g) override { inner_.prepare_attention(g); }
+  int64_t decode_batch_bucket(int64_t num_seqs) const override { return inner_.decode_batch_bucket(num_seqs); }
+  void sample(backend::Tensor logits, std::span<const backend::SampleRequest> requests,
+              std::span<backend::SampledToken> out) override;
+  void embedding(const backend::PlannedStep& step, const backend::Matrix& table, backend::Tensor out) override;
+  void rms_norm(backend::Tensor x, const backend::Vector& weight, float eps, backend::Tensor out) override;
+  void matmul(backend::Tensor x, const backend::Matrix& w, const backend::Vector& bias, backend::Tensor out) override;
+  void rope(const backend::PlannedStep& step, backend::Tensor q, backend::Tensor k, int64_t head_dim,
+            const backend::Vector& inv_freq) override;
+  void silu_mul(backend::Tensor gate, backend::Tensor up, backend::Tensor out) override;
+  void add(backend::Tensor a, backend::Tensor b, backend::Tensor out) override;
+  void gather_logit_rows(const backend::PlannedStep& step, backend::Tensor x, backend::Tensor out) override;
+  void matmul_shared_input(backend::Tensor x, const InputNorm* norm, std::span<const backend::Matrix> ws,
+                           std::span<const backend::Vector> biases, std::span<const backend::Tensor> outs) override;
+  void matmul_swiglu(backend::Tensor x, const InputNorm* norm, const backend::Matrix& w_gate,
+                     const backend::Matrix& w_up, backend::Tensor gate, backend::Tensor up,
+                     backend::Tensor out) override;
+  void matmul_residual_add(backend::Tensor x, const backend::Matrix& w, backend::Tensor scratch,
+                           backend::Tensor residual) override;
+  void kv_write(const backend::PlannedStep& step, const backend::KvCacheView& cache, int64_t layer, backend::Tensor k,
+                backend::Tensor v) override;
+  void attention(const backend::PlannedStep& step, const backend::KvCacheView& cache, int64_t layer,
+                 const backend::AttentionShape& shape, backend::Tensor q, backend::Tensor k, backend::Tensor v,
+                 backend::Tensor out) override;
+
+ private:
+  // Runs `op` between two events when timing (labelled), else just runs it.
+  template <class F>
+  void timed(const std::string& label, double weight_bytes, F&& op);
+
+  backend::CudaBackend& inner_;
+  bool on_ = false;
+  std::vector<cudaEvent_t> events_;  // pool; events_[0] opens the step, events_[i + 1] closes op i
+  struct Pending {
+    std::string label;
+    double weight_bytes;
+  };
+  std::vector<Pending> pending_;  // ops of the step being timed
+  std::map<std::string, OpTotals> totals_;
+  std::vector<std::string> order_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace nibble::bench
