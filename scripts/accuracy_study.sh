@@ -19,8 +19,8 @@
 #          cpu6, cpu4o6  in the background on the CPU backend (4-over-6 is CPU-only): nvfp4,
 #                        nvfp4+hadamard, k8v4+hadamard under --nvfp4-scale-rule 6 and 4over6
 #        round 2, retrieval (only if the training probe retrieved anything), seeds 0 and 1 while
-#          time is left: pk_a_S / pk_b_S (passkey), mn_a_S / mn_b_S (multineedle, 4 needles), the
-#          g = 1 configurations split as in round 1
+#          time is left: pk_a_S / pk_b_S / pk_c_S (passkey), mn_a_S / mn_b_S / mn_c_S (multineedle,
+#          4 needles): the g = 1 configurations split as in round 1a/1b, and fp8+hadamard (the default)
 #        round 3, if time is left: ppl_long (all g = 1 configurations and fp8+hadamard, 3 documents of LONG_CONTEXT
 #          [16000] tokens); then more retrieval seeds (2..5) while time is left
 #   5. $OUT: study.tar.gz (every report but the per-token arrays, the scale files, recipe.json, the
@@ -36,6 +36,9 @@
 #   STUDY_SECONDS  seconds after STUDY_T0 by which every eval has ended and the packing starts [560]
 #   PPL_CONTEXT, PPL_CHUNK, PPL_DOCS_MAX, PPL_SECONDS  round 1 [4096, 256, 12, 40 s per invocation]
 #   RET_LENGTHS, RET_DEPTHS, RET_CHUNK  round 2 [1024,2048,4096,8192,16000  0,0.25,0.5,0.75,1  1024]
+#   RET_TASKS, RET_SEEDS, RET_MORE_SEEDS  round 2's tasks in order and seeds before / after round 3
+#                  ["pk mn", "0 1", "2 3 4 5"; an empty RET_MORE_SEEDS runs none]
+#   STUDY_ROUNDS   the rounds to run ["1 2 3"]; "2" = retrieval only (no calibration, no round 1 or 3)
 #   CPU_EVAL       options of the CPU evals ["--context 512 --docs 3 --chunk 64 --threads 6"]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -88,13 +91,16 @@ fi
 RETRIEVES=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sum(p["exact"] for p in r.get("retrieval_probe", [])))' "$MODEL/recipe.json" 2> /dev/null || echo 0)
 log "training probe: $RETRIEVES exact retrieval answers"
 
+ROUNDS=" ${STUDY_ROUNDS:-1 2 3} "
+round() { [[ "$ROUNDS" == *" $1 "* ]]; }
+
 # ---- 3. calibration ----------------------------------------------------------------------------
-for rot in none hadamard; do
+round 1 && for rot in none hadamard; do
   timeout 40 "$NIBBLE" calibrate --model "$MODEL" --corpus "$CORPUS" --context 2048 --docs 8 --chunk 256 --rotate "$rot" \
     --device "${EVAL_DEVICE:-cuda}" --weights f32 --out "$WORK/kv_scales_$rot.json" > "$WORK/calibrate_$rot.log" 2>&1 &
 done
 wait
-log "calibrated: $(cd "$WORK" && echo kv_scales_*.json)"
+round 1 && log "calibrated: $(cd "$WORK" && echo kv_scales_*.json)"
 
 # ---- 4. the evals ------------------------------------------------------------------------------
 # An invocation writes its report only when it completes: each is small and bounded by a timeout.
@@ -125,35 +131,39 @@ RET="--passkey-lengths ${RET_LENGTHS:-1024,2048,4096,8192,16000} --passkey-depth
 
 # shellcheck disable=SC2086
 {
-  # round 0: time two 4K documents x 2 sessions to size round 1
-  run_eval ppl_probe 40 "$DEV" --configs bf16 --tasks perplexity --context "$PPL_CONTEXT" --docs 2 --chunk "$PPL_CHUNK" $GPU
-  per_doc_session=$(python3 -c "print(max(0.05, $(secs ppl_probe) / 4))")
-  DOCS=$(python3 -c "print(max(2, min($PPL_DOCS_MAX, int($PPL_SECONDS / (4 * $per_doc_session)))))")
-  limit=$(python3 -c "print(int(min(120, max(45, 3 * $DOCS * 4 * $per_doc_session))))")
-  PPL="--tasks perplexity --context $PPL_CONTEXT --docs $DOCS --chunk $PPL_CHUNK $GPU"
-  log "round 1 (perplexity): $DOCS documents of $PPL_CONTEXT tokens (probe: $(secs ppl_probe) s for 2 x 2 sessions), limit $limit s per invocation"
-  cpu_limit=$(( $(left) - 10 )); (( cpu_limit > 170 )) && cpu_limit=170
-  run_eval cpu6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 6 --tasks perplexity $CPU_EVAL &
-  CPU6=$!
-  run_eval cpu4o6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 4over6 --tasks perplexity $CPU_EVAL &
-  CPU4O6=$!
-  run_eval ppl_g1a "$limit" "$DEV" --configs "$G1A" $PPL & a=$!
-  run_eval ppl_g1b "$limit" "$DEV" --configs "$G1B" $PPL & b=$!
-  run_eval ppl_g1c "$limit" "$DEV" --configs "$G1C" $PPL & c=$!
-  wait $a $b $c
-  pack "round 1a"
-  pair=$(( $(secs ppl_g1a) > $(secs ppl_g1b) ? $(secs ppl_g1a) : $(secs ppl_g1b) ))
-  if (( $(left) > pair * 3 / 2 + 10 )); then
-    (( limit > $(left) - 10 )) && limit=$(( $(left) - 10 ))
-    [[ -f "$WORK/kv_scales_none.json" ]] &&
-      { run_eval ppl_cal "$limit" "$DEV" --configs fp8,nvfp4,k8v4 --kv-scales "$WORK/kv_scales_none.json" $PPL & a=$!; }
-    [[ -f "$WORK/kv_scales_hadamard.json" ]] &&
-      { run_eval ppl_calhad "$limit" "$DEV" --configs nvfp4+hadamard,k8v4+hadamard --kv-scales "$WORK/kv_scales_hadamard.json" $PPL & b=$!; }
-    wait $a $b
-  else
-    log "no time left for the calibrated runs"
+  per_doc_session=1
+  CPU6="" CPU4O6=""
+  if round 1; then
+    # round 0: time two 4K documents x 2 sessions to size round 1
+    run_eval ppl_probe 40 "$DEV" --configs bf16 --tasks perplexity --context "$PPL_CONTEXT" --docs 2 --chunk "$PPL_CHUNK" $GPU
+    per_doc_session=$(python3 -c "print(max(0.05, $(secs ppl_probe) / 4))")
+    DOCS=$(python3 -c "print(max(2, min($PPL_DOCS_MAX, int($PPL_SECONDS / (4 * $per_doc_session)))))")
+    limit=$(python3 -c "print(int(min(120, max(45, 3 * $DOCS * 4 * $per_doc_session))))")
+    PPL="--tasks perplexity --context $PPL_CONTEXT --docs $DOCS --chunk $PPL_CHUNK $GPU"
+    log "round 1 (perplexity): $DOCS documents of $PPL_CONTEXT tokens (probe: $(secs ppl_probe) s for 2 x 2 sessions), limit $limit s per invocation"
+    cpu_limit=$(( $(left) - 10 )); (( cpu_limit > 170 )) && cpu_limit=170
+    run_eval cpu6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 6 --tasks perplexity $CPU_EVAL &
+    CPU6=$!
+    run_eval cpu4o6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 4over6 --tasks perplexity $CPU_EVAL &
+    CPU4O6=$!
+    run_eval ppl_g1a "$limit" "$DEV" --configs "$G1A" $PPL & a=$!
+    run_eval ppl_g1b "$limit" "$DEV" --configs "$G1B" $PPL & b=$!
+    run_eval ppl_g1c "$limit" "$DEV" --configs "$G1C" $PPL & c=$!
+    wait $a $b $c
+    pack "round 1a"
+    pair=$(( $(secs ppl_g1a) > $(secs ppl_g1b) ? $(secs ppl_g1a) : $(secs ppl_g1b) ))
+    if (( $(left) > pair * 3 / 2 + 10 )); then
+      (( limit > $(left) - 10 )) && limit=$(( $(left) - 10 ))
+      [[ -f "$WORK/kv_scales_none.json" ]] &&
+        { run_eval ppl_cal "$limit" "$DEV" --configs fp8,nvfp4,k8v4 --kv-scales "$WORK/kv_scales_none.json" $PPL & a=$!; }
+      [[ -f "$WORK/kv_scales_hadamard.json" ]] &&
+        { run_eval ppl_calhad "$limit" "$DEV" --configs nvfp4+hadamard,k8v4+hadamard --kv-scales "$WORK/kv_scales_hadamard.json" $PPL & b=$!; }
+      wait $a $b
+    else
+      log "no time left for the calibrated runs"
+    fi
+    pack "round 1"
   fi
-  pack "round 1"
 
   # round 2: retrieval, one seed (25 items per task and configuration) per pass, while time is left;
   # seeds 0-1, then round 3, then more seeds
@@ -162,7 +172,7 @@ RET="--passkey-lengths ${RET_LENGTHS:-1024,2048,4096,8192,16000} --passkey-depth
     (( RETRIEVES > 0 )) || { log "round 2 skipped: the model retrieves nothing (training probe)"; return; }
     local seed task name lim t
     for seed in "$@"; do
-      for task in pk mn; do
+      for task in ${RET_TASKS:-pk mn}; do
         (( $(left) > est + 15 )) || { log "round 2 ends: $(left) s left, a pass takes ~$est s"; return; }
         lim=$(( $(left) - 10 )); (( lim > 3 * est )) && lim=$((3 * est))
         name=passkey; [[ $task == mn ]] && name=multineedle
@@ -170,18 +180,21 @@ RET="--passkey-lengths ${RET_LENGTHS:-1024,2048,4096,8192,16000} --passkey-depth
         t=$(date +%s)
         run_eval ${task}_a_$seed "$lim" "$DEV" --configs "$G1A" --tasks $name --seed $seed $RET $GPU & a=$!
         run_eval ${task}_b_$seed "$lim" "$DEV" --configs "$G1B" --tasks $name --seed $seed $RET $GPU & b=$!
-        wait $a $b
+        run_eval ${task}_c_$seed "$lim" "$DEV" --configs fp8+hadamard --tasks $name --seed $seed $RET $GPU & c=$!
+        wait $a $b $c
         est=$(( $(date +%s) - t ))
         pack "round 2 $task seed $seed"
       done
     done
   }
-  retrieval 0 1
+  round 2 && retrieval ${RET_SEEDS-0 1}
 
   # round 3: perplexity at a long context, every g = 1 configuration, if time is left
   long_ctx="${LONG_CONTEXT:-16000}"
   long_est=$(python3 -c "print(int(8 * 3 * $per_doc_session * ($long_ctx / $PPL_CONTEXT) ** 1.5 + 10))")
-  if (( $(left) > long_est + 10 )); then
+  if ! round 3; then
+    :
+  elif (( $(left) > long_est + 10 )); then
     log "round 3: perplexity at $long_ctx tokens (estimate $long_est s)"
     run_eval ppl_long $(( $(left) - 5 )) "$DEV" --configs "$G1A,$G1B,fp8+hadamard" --tasks perplexity --context "$long_ctx" --docs 3 \
       --chunk 1024 $GPU
@@ -189,7 +202,7 @@ RET="--passkey-lengths ${RET_LENGTHS:-1024,2048,4096,8192,16000} --passkey-depth
   else
     log "round 3 skipped: $(left) s left, estimate $long_est s"
   fi
-  retrieval 2 3 4 5
+  round 2 && retrieval ${RET_MORE_SEEDS-2 3 4 5}
   wait $CPU6 $CPU4O6
 }
 log "evals done"

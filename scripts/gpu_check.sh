@@ -11,6 +11,7 @@
 #   NIBBLE_BUILD_DIR=build-gpu NIBBLE_BENCH_ARGS=--quick JOBS=16 CTEST_JOBS=8
 #   NIBBLE_PREFILL_ARGS=--tiles NIBBLE_MODEL_BENCH_ARGS="--steps 16"   # the other two benchmarks' options
 #   NIBBLE_SKIP_SANITIZER=1 NIBBLE_SKIP_TESTS=1   # timing-only runs
+#   NIBBLE_SKIP_BENCH=1                  # correctness only (e.g. while something else uses the GPU)
 #   TEST_TIMEOUT=600                     # seconds per test binary (prebuilt runs)
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -106,14 +107,18 @@ else
 fi
 grep -c "Skipped" "$OUT/ctest_gpu.log" | xargs -I{} echo "[gpu_check] skipped tests: {}" | tee -a "$OUT/summary.txt"
 
-"$BIN_DECODE_BENCH" ${NIBBLE_BENCH_ARGS:-} --json "$OUT/bench_decode_attention.json" \
-  > "$OUT/bench_decode_attention.txt" 2>&1 || { status=1; log "bench_decode_attention FAILED"; }
-log "bench: $OUT/bench_decode_attention.txt"
-if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
-  python3 "$ROOT/scripts/bench_torch_sdpa.py" ${NIBBLE_BENCH_ARGS:-} --json "$OUT/bench_torch_sdpa.json" \
-    > "$OUT/bench_torch_sdpa.txt" 2>&1 || log "torch SDPA baseline FAILED (see bench_torch_sdpa.txt)"
+if [[ -n "${NIBBLE_SKIP_BENCH:-}" ]]; then
+  log "benchmarks skipped (NIBBLE_SKIP_BENCH)"
 else
-  log "torch with CUDA not available: SDPA baseline skipped"
+  "$BIN_DECODE_BENCH" ${NIBBLE_BENCH_ARGS:-} --json "$OUT/bench_decode_attention.json" \
+    > "$OUT/bench_decode_attention.txt" 2>&1 || { status=1; log "bench_decode_attention FAILED"; }
+  log "bench: $OUT/bench_decode_attention.txt"
+  if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+    python3 "$ROOT/scripts/bench_torch_sdpa.py" ${NIBBLE_BENCH_ARGS:-} --json "$OUT/bench_torch_sdpa.json" \
+      > "$OUT/bench_torch_sdpa.txt" 2>&1 || log "torch SDPA baseline FAILED (see bench_torch_sdpa.txt)"
+  else
+    log "torch with CUDA not available: SDPA baseline skipped"
+  fi
 fi
 SAN=/usr/local/cuda/bin/compute-sanitizer
 command -v compute-sanitizer > /dev/null && SAN=compute-sanitizer
@@ -129,15 +134,17 @@ for tool in memcheck racecheck; do
   if [[ $ok == 1 ]]; then log "compute-sanitizer $tool: clean"; else status=1; log "compute-sanitizer $tool: ERRORS (see sanitizer_${tool}_*.log)"; fi
 done
 
-if [[ -x "$BIN_PREFILL_BENCH" ]]; then
+if [[ -z "${NIBBLE_SKIP_BENCH:-}" && -x "$BIN_PREFILL_BENCH" ]]; then
   "$BIN_PREFILL_BENCH" ${NIBBLE_PREFILL_ARGS:-} > "$OUT/bench_prefill_attention.txt" 2>&1 \
     || { status=1; log "bench_prefill_attention FAILED"; }
   log "bench: $OUT/bench_prefill_attention.txt"
 fi
 # Batch-1 decode of a Llama-3-8B-shaped model (random bf16 weights, ~16 GB on the GPU), graphs on/off.
-"$BIN_MODEL_BENCH" ${NIBBLE_MODEL_BENCH_ARGS:-} > "$OUT/bench_model_decode.txt" 2>&1 \
-  || { status=1; log "bench_model_decode FAILED"; }
-log "bench: $OUT/bench_model_decode.txt"
+if [[ -z "${NIBBLE_SKIP_BENCH:-}" ]]; then
+  "$BIN_MODEL_BENCH" ${NIBBLE_MODEL_BENCH_ARGS:-} > "$OUT/bench_model_decode.txt" 2>&1 \
+    || { status=1; log "bench_model_decode FAILED"; }
+  log "bench: $OUT/bench_model_decode.txt"
+fi
 
 log "done, status $status; logs in $OUT"
 exit $status

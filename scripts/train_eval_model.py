@@ -6,7 +6,7 @@ precision of the KV cache visibly matters (docs/ACCURACY.md).
     scripts/extract_corpus.sh .corpus/austen.txt                       # on any Debian machine
     python3 scripts/train_eval_model.py --corpus .corpus/austen.txt --out OUT_DIR
                                         [--tokenizer models/demo-austen] [--seed 20261129]
-                                        [--steps-tiny N] [--steps-short N] [--steps-long N] [--max-seconds S]
+                                        [--steps-recall N] [--steps-short N] [--steps-long N] [--max-seconds S]
     python3 scripts/train_eval_model.py --corpus .corpus/austen.txt --dry-run   # data only, no torch
 
 Runs on the GPU machine (torch, transformers, tokenizers; nothing is downloaded). Writes to OUT_DIR:
@@ -19,29 +19,40 @@ Runs on the GPU machine (torch, transformers, tokenizers; nothing is downloaded)
   recipe.json                           everything needed to reproduce the run: arguments, seed, data
                                         mixture, steps, losses, retrieval probe, versions, sha256 of every file
 
-Training data: every row is [T + 1] token ids, one episode then <|endoftext|> and a training-text
-window up to T. Target positions carry an LM mask or an answer mask (never both):
+Training data: every row is [T + 1] token ids: episodes separated by <|endoftext|>, packed while
+room is left (so the training text fills little of a row and is not memorized), then a training-text
+window up to T. Target positions carry an LM mask, an answer mask or neither (never both):
   lm         a window of the training text; LM loss on every token
-  repeat     a text span A, a gap of text, then A again (LM loss everywhere): the copy pattern that
-             induction heads learn from, at every distance
+  induct     a span of 4..32 random token ids, a gap (training text or random ids), the span again:
+             only the second copy has a loss (answer), and only copying can predict it. Dense,
+             distance-spanning supervision for the induction circuit every retrieval task needs
+  lines      associative recall, dense: 1..24 lines "key 4821: 93017", then every key asked in a
+             random order ("\nkey 4821:" then " 93017", answer loss)
   passkey    nibble eval's passkey prompt, verbatim (src/eval/passkey.h: intro, the synthetic filler,
              "The pass key is KEY. Remember it. KEY is the pass key." at a random depth, the question),
              then " KEY." (answer loss)
   multikey   nibble eval's multi-needle prompt, verbatim (src/eval/multi_needle.h), 1..16 named codes,
              then 1..4 of them asked one after the other, each question followed by its answer (the
              first question directly follows the haystack, as in nibble eval)
-  haystack   the same needles, or lines "key 4821: 93017", scattered through Austen text of the
-             training split, then 1..4 questions (passkey style: one)
-The prompt tokens of every episode carry the LM loss too; the answer tokens only the answer loss.
-loss = mean(LM tokens) + mean(answer tokens).
+  haystack   the same needles, or lines "key 4821: 93017", scattered through training text, then 1..4
+             questions (passkey style: one)
+Random ids (induct) carry no loss; the other prompt tokens carry the LM loss; answer tokens only the
+answer loss. loss = mean(LM tokens) + mean(answer tokens).
 
-Three phases, a curriculum from short to long distances: `--steps-tiny` steps of 128 rows of 512
-tokens (prompts of 64..496 tokens: many short recall episodes per step), `--steps-short` steps of 32
-rows of 2048 tokens (64..2032), `--steps-long` steps of 4 rows of 16384 tokens (512..16368). Prompt
-lengths are log-uniform, so needles sit at every distance. Learning rate: linear warm-up, constant,
-then linear decay over the last 40% of the run. With `--max-seconds`, progress is the larger of the
-step and the time fraction, and the long phase starts early when the time left only covers it, so a
-slower machine still trains every context length.
+Three phases, a curriculum from dense short recall to long distances: `--steps-recall` steps of 64
+rows of 512 tokens (mostly induct and lines episodes of 16..488 tokens: ~60 answer tokens per row,
+where the eval formats alone give a handful), `--steps-short` steps of 32 rows of 2048 tokens
+(64..2008), `--steps-long` steps of 4 rows of 16384 tokens (512..16344), both with the eval formats
+in the lead. Episode lengths are log-uniform, so needles sit at every distance. Learning rate: linear
+warm-up, constant, then linear decay over the last 40% of the run. With `--max-seconds`, each phase
+trains for its share of the time (45/35/20%; the step counts become caps) and progress is the larger
+of the step and the time fraction, so a slower machine still trains every context length. Batches
+are built ahead by `--data-workers` forked processes (Python builds a 64 x 512 batch in about as long
+as the GPU trains on it).
+
+Why this mixture (docs/ACCURACY.md): two earlier recipes, with the eval formats alone and unpacked
+rows (one episode, then training text), never learned to copy the answer (answer loss at chance after
+1,497 steps) and memorized the 1M-token training text instead (held-out loss 7.78 nats/token).
 
 Determinism: the data stream and the initialization are seeded (Python's random.Random(seed) for the
 data, torch.manual_seed(seed) for the weights). The attention is torch's flash SDPA kernel, whose
@@ -50,9 +61,13 @@ weights (and --max-seconds may cut a phase at a different step); recipe.json rec
 of the run whose figures docs/ACCURACY.md reports.
 """
 import argparse
+import array
+import collections
 import hashlib
+import itertools
 import json
 import math
+import multiprocessing
 import os
 import platform
 import random
@@ -63,13 +78,18 @@ import time
 from types import SimpleNamespace
 
 EOT_ID = 0
+VOCAB = 4096
 MAX_POSITIONS = 16384
-# (name, rows T, rows per step, lowest prompt length)
-PHASES = [("tiny", 512, 128, 64), ("short", 2048, 32, 64), ("long", 16384, 4, 512)]
+# Episode mixtures, by kind (weights). The recall phase is mostly dense copying; the others lead with
+# nibble eval's own formats.
+MIX_RECALL = {"induct": 0.35, "lines": 0.35, "passkey": 0.1, "multikey": 0.1, "haystack": 0.1}
+MIXTURE = {"lm": 0.1, "induct": 0.1, "lines": 0.1, "passkey": 0.2, "multikey": 0.25, "haystack": 0.25}
+# (name, rows T, rows per step, lowest episode length, mixture)
+PHASES = [("recall", 512, 64, 16, MIX_RECALL), ("short", 2048, 32, 64, MIXTURE), ("long", 16384, 4, 512, MIXTURE)]
 PEAK_LR, MIN_LR, WARMUP_STEPS, DECAY_FROM = 1.5e-3, 1.5e-4, 100, 0.6
-LONG_STEP_SECONDS = 0.34  # measured 0.32 s per 4 x 16384 step on an H200 (2026-11-29)
+# With --max-seconds, each phase trains for its share of the time (its step count is then a cap)
+PHASE_SHARE = (0.45, 0.35, 0.20)
 HELDOUT_FRACTION = 0.05
-MIXTURE = {"lm": 0.1, "repeat": 0.1, "passkey": 0.2, "multikey": 0.3, "haystack": 0.3}
 
 # --- nibble eval's retrieval prompts, verbatim (src/eval/retrieval.h, passkey.h, multi_needle.h) ---
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -189,7 +209,7 @@ class Data:
         # tokens one filler sentence adds inside a haystack (its trailing space joins the next word)
         self.filler_tokens = len(tok.encode(FILLER * 9).ids) - len(tok.encode(FILLER * 8).ids)
         self.chars_per_token = len(train_text) / len(train_ids)
-        self.counts = {k: 0 for k in MIXTURE}
+        self.counts = {}
         self.answers = 0
         self.retries = 0
 
@@ -271,12 +291,26 @@ class Data:
             pieces += [(question, "lm"), (answer, "ans")]
         return pieces
 
-    def repeat(self, length, n=None, q=None):
-        k = self.rng.randint(16, 128)
-        gap = max(8, length - 2 * k)
-        start = self.rng.randrange(0, len(self.train_ids) - k)
-        span = self.train_ids[start:start + k]
-        return [(span, "lm"), (self.lm_window(gap), "lm"), (span, "lm")]
+    def induct(self, length, n=None, q=None):
+        """A random span, a gap, the span again (answer): copying is the only way to predict it."""
+        k = self.rng.randint(4, max(4, min(32, length // 3)))
+        span = [self.rng.randrange(1, VOCAB) for _ in range(k)]
+        gap = max(0, length - 2 * k)
+        if self.rng.random() < 0.5:
+            filler = (self.lm_window(gap), "lm")
+        else:
+            filler = ([self.rng.randrange(1, VOCAB) for _ in range(gap)], "ctx")
+        return [(span, "ctx"), filler, (span, "ans")]
+
+    def lines(self, length, n=None, q=None):
+        """Associative recall, dense: key-value lines, then every key asked (random order)."""
+        n = n or self.rng.randint(1, max(1, min(24, length // 34)))
+        keys = self.rng.sample(range(1000, 10000), n)
+        values = self.values(n)
+        pieces = [("".join(f"\nkey {a}: {b}" for a, b in zip(keys, values)), "lm")]
+        for i in self.rng.sample(range(n), q or n):
+            pieces += [(f"\nkey {keys[i]}:", "lm"), (f" {values[i]}", "ans")]
+        return pieces
 
     def lm_window(self, n):
         start = self.rng.randrange(0, len(self.train_ids) - n)
@@ -289,49 +323,88 @@ class Data:
         for (e, p), enc in zip(where, encoded):
             episodes[e][p] = (enc.ids, episodes[e][p][1])
 
-    def batch(self, t, rows, lo, kind=None, length=None, n=None, q=None):
+    def episode(self, kind, length, limit, n=None, q=None):
+        """One episode's pieces as token ids, at most `limit` tokens: drawn again, shorter, when the
+        token estimate for `length` ran long. None if even short draws do not fit (a packed episode
+        in a small room; some formats have a fixed minimum size)."""
+        for _ in range(12):
+            pieces = getattr(self, kind)(length, n, q)
+            self.encode_episodes([pieces])
+            if sum(len(x) for x, _ in pieces) <= limit:
+                return pieces
+            self.retries += 1
+            length = int(length * 0.8)
+        return None
+
+    def batch(self, t, rows, lo, mixture=MIXTURE, kind=None, length=None, n=None, q=None):
         """(ids [rows][t+1], lm mask [rows][t], answer mask [rows][t]) as lists; masks by target position.
-        kind/length/n/q fix the episode (the retrieval probe); by default they are drawn."""
-        kinds = [kind] * rows if kind else self.rng.choices(list(MIXTURE), weights=list(MIXTURE.values()), k=rows)
-        lengths, episodes = [], []
-        for k in kinds:
-            self.counts[k] = self.counts.get(k, 0) + 1
-            lengths.append(length or self.prompt_length(lo, t - 16 - QA_TOKENS))
-            episodes.append(None if k == "lm" else getattr(self, k)(lengths[-1], n, q))
-        self.encode_episodes([e for e in episodes if e is not None])
-        for r, k in enumerate(kinds):  # an estimate ran long (rare): draw that episode again, shorter
-            tries = 0
-            while episodes[r] is not None and sum(len(x) for x, _ in episodes[r]) + 1 > t + 1:
-                tries += 1
-                self.retries += 1
-                assert tries < 20, f"cannot fit a {k} episode into {t} tokens"
-                lengths[r] = int(lengths[r] * 0.85)
-                episodes[r] = getattr(self, k)(lengths[r], n, q)
-                self.encode_episodes([episodes[r]])
+        Each row: episodes drawn from `mixture`, separated by <|endoftext|>, packed while at least
+        `lo` + QA_TOKENS tokens are left, then training text. kind/length/n/q fix one unpacked episode
+        per row (the retrieval probe)."""
+        episode_kinds = [k for k in mixture if k != "lm"]
+        weights = [mixture[k] for k in episode_kinds]
         ids, lm, ans = [], [], []
-        for r, k in enumerate(kinds):
-            if episodes[r] is None:
+        for _ in range(rows):
+            first = kind or self.rng.choices(list(mixture), weights=list(mixture.values()))[0]
+            self.counts[first] = self.counts.get(first, 0) + 1
+            if first == "lm":
                 ids.append(list(self.lm_window(t + 1)))
                 lm.append([1] * t)
                 ans.append([0] * t)
                 continue
-            seq, spans = [], []  # spans: [begin, end) of the answer tokens in seq
-            for x, role in episodes[r]:
-                if role == "ans":
-                    spans.append((len(seq), len(seq) + len(x)))
-                seq.extend(x)
-            seq.append(EOT_ID)
+            seq, spans = [], []  # spans: [begin, end, role] of the tokens without LM loss in seq
+            k = first
+            while True:
+                room = t - len(seq) - 1  # the row holds t + 1 ids; one is left for <|endoftext|>
+                size = length or self.prompt_length(lo, room - QA_TOKENS)
+                pieces = self.episode(k, min(size, room - QA_TOKENS), room, n, q)
+                if pieces is None:
+                    assert seq, f"cannot fit a {k} episode into {t} tokens"
+                    self.counts[k] -= 1
+                    break
+                for x, role in pieces:
+                    if role != "lm":
+                        spans.append((len(seq), len(seq) + len(x), role))
+                    if role == "ans":
+                        self.answers += 1
+                    seq.extend(x)
+                seq.append(EOT_ID)
+                if kind or t - len(seq) < lo + 2 * QA_TOKENS:
+                    break
+                k = self.rng.choices(episode_kinds, weights=weights)[0]
+                self.counts[k] = self.counts.get(k, 0) + 1
+            assert len(seq) <= t + 1, (k, len(seq), t)
             seq.extend(self.lm_window(t + 1 - len(seq)))
-            # target position p predicts seq[p + 1]: an answer token at b sits at target position b - 1
+            # target position p predicts seq[p + 1]: a token at b sits at target position b - 1
             a, m = [0] * t, [1] * t
-            for b, e in spans:
-                a[b - 1:e - 1] = [1] * (e - b)
-                m[b - 1:e - 1] = [0] * (e - b)
-            self.answers += len(spans)
-            ids.append(list(seq))
+            for b, e, role in spans:
+                lo_p = max(b - 1, 0)
+                m[lo_p:e - 1] = [0] * (e - 1 - lo_p)
+                if role == "ans":
+                    a[lo_p:e - 1] = [1] * (e - 1 - lo_p)
+            ids.append(seq)
             ans.append(a)
             lm.append(m)
         return ids, lm, ans
+
+
+_WORKER = {}  # the parent's Data, inherited by the forked batch workers
+
+
+def make_batch(task):
+    """One training batch, built in a worker process. (seed, phase, k) seeds its stream, so the k-th
+    batch of a phase is the same whatever the number of workers or the timing. Returns the rows as
+    bytes (int32 ids [rows][T+1], uint8 masks [rows][T]) and the episode counts."""
+    seed, phase, k = task
+    name, t, rows, lo, mixture = PHASES[phase]
+    data = _WORKER["data"]
+    data.rng = random.Random(f"{seed}/{name}/{k}")
+    data.counts, data.answers, data.retries = {}, 0, 0
+    ids, lm, ans = data.batch(t, rows, lo, mixture)
+
+    def flat(code, x):
+        return array.array(code, itertools.chain.from_iterable(x)).tobytes()
+    return flat("i", ids), flat("B", lm), flat("B", ans), (data.counts, data.answers, data.retries)
 
 
 def split_corpus(text):
@@ -380,19 +453,24 @@ def dry_run(args):
     print(f"encoded {len(train_ids)} training tokens in {time.time() - t0:.1f} s", flush=True)
     data = Data(tok, train_text, train_ids, args.seed)
     print(f"filler sentence: {data.filler_tokens} tokens in context", flush=True)
-    for name, t, rows, lo in PHASES:
+    for name, t, rows, lo, mixture in PHASES:
         n_rows = min(rows, args.dry_run_rows)
         t0 = time.time()
-        ids, lm, ans = data.batch(t, n_rows, lo)
-        print(f"phase {name}: {n_rows} rows of {t} in {time.time() - t0:.2f} s", flush=True)
+        before = dict(data.counts)
+        ids, lm, ans = data.batch(t, n_rows, lo, mixture)
+        drawn = {k: v - before.get(k, 0) for k, v in data.counts.items() if v - before.get(k, 0)}
+        print(f"phase {name}: {n_rows} rows of {t} in {time.time() - t0:.2f} s; episodes {drawn}; "
+              f"answer tokens per row {sum(map(sum, ans)) / n_rows:.0f}, "
+              f"LM tokens per row {sum(map(sum, lm)) / n_rows:.0f}", flush=True)
         for r in range(n_rows):
             assert len(ids[r]) == t + 1 and len(lm[r]) == t and len(ans[r]) == t, (name, r)
-            assert all(0 <= x < 4096 for x in ids[r]), (name, r)
-            assert all(a + b == 1 for a, b in zip(lm[r], ans[r])), (name, r)
+            assert all(0 <= x < VOCAB for x in ids[r]), (name, r)
+            assert all(a + b <= 1 for a, b in zip(lm[r], ans[r])), (name, r)
         show_rows(tok, ids, lm, ans, limit=args.dry_run_show)
     for kind, length, n in (("passkey", 1024, 1), ("multikey", 4096, 4), ("passkey", 16000, 1)):
         ids, lm, ans = data.batch(16384 if length > 2048 else 2048, 2, 64, kind=kind, length=length, n=n, q=1)
         for r in range(2):
+            assert ids[r][[p for p, m in enumerate(ans[r]) if m][-1] + 2] == EOT_ID, (kind, "not one episode")
             first = [p for p, m in enumerate(ans[r]) if m][0]
             print(f"probe {kind} {length}: answer at target position {first} "
                   f"({tok.decode(ids[r][first - 12:first + 1])!r} -> {tok.decode(ids[r][first + 1:first + 7])!r})")
@@ -425,6 +503,7 @@ def lr_at(step, progress):
 
 
 def train(args):
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the tokenizer is used in forked workers
     import tokenizers  # noqa: PLC0415
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
@@ -465,8 +544,13 @@ def train(args):
     example = Data(tok, train_text, train_ids, args.seed + 1)  # a separate stream: training data is unchanged
     print("examples:", flush=True)
     show_rows(tok, *example.batch(2048, 6, 64))
+    # batch workers, forked before CUDA is initialized (they never touch it)
+    _WORKER["data"] = data
+    workers = max(1, min(args.data_workers, (os.cpu_count() or 2) - 2))
+    pool = multiprocessing.get_context("fork").Pool(workers)
+    print(f"{workers} batch workers", flush=True)
 
-    def to_device(batch):
+    def to_device(batch):  # the probe's batches (built here)
         ids, lm, ans = batch
         return (torch.tensor(ids, dtype=torch.int64).pin_memory().to(device, non_blocking=True),
                 torch.tensor(lm, dtype=torch.uint8).pin_memory().to(device, non_blocking=True).float(),
@@ -479,10 +563,11 @@ def train(args):
         lm_loss = (ce * lm).sum() / lm.sum().clamp(min=1)
         ans_loss = (ce * ans).sum() / ans.sum().clamp(min=1)
         # answer exact: every answer token of a row is the argmax (teacher forcing = greedy decoding)
-        wrong = ((logits.argmax(-1) != ids[:, 1:]).float() * ans).sum(-1)
+        miss = (logits.argmax(-1) != ids[:, 1:]).float() * ans
         has = ans.sum(-1) > 0
-        acc = ((wrong == 0) & has).float().sum() / has.float().sum().clamp(min=1)
-        return lm_loss, ans_loss, acc
+        acc = (((miss.sum(-1) == 0) & has).float().sum() / has.float().sum().clamp(min=1))
+        token_acc = 1 - miss.sum() / ans.sum().clamp(min=1)  # over every answer token of the batch
+        return lm_loss, ans_loss, acc, token_acc
 
     torch.manual_seed(args.seed)
     config = make_model_config()
@@ -494,38 +579,57 @@ def train(args):
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=PEAK_LR, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    plan = [args.steps_tiny, args.steps_short, args.steps_long]
+    plan = [args.steps_recall, args.steps_short, args.steps_long]
     total = sum(plan)
     done = [0, 0, 0]
     history, phase_starts, stopped_early, phase = [], {}, False, 0
     budget = args.max_seconds
-    long_reserve = args.steps_long * LONG_STEP_SECONDS
+    phase_ends = list(itertools.accumulate(PHASE_SHARE))  # fractions of the budget
+    pending, issued = collections.deque(), [0, 0, 0]  # (phase, AsyncResult) in order; batches issued per phase
+
+    def next_batch(phase):
+        while pending and pending[0][0] != phase:  # prefetched for a phase that has ended
+            pending.popleft()
+        while len(pending) < 2 * workers:
+            pending.append((phase, pool.apply_async(make_batch, ((args.seed, phase, issued[phase]),))))
+            issued[phase] += 1
+        ids, lm, ans, (counts, answers, retries) = pending.popleft()[1].get()
+        for k, v in counts.items():
+            data.counts[k] = data.counts.get(k, 0) + v
+        data.answers += answers
+        data.retries += retries
+        t = PHASES[phase][1]
+
+        def put(b, dtype, width):
+            return torch.frombuffer(bytearray(b), dtype=dtype).view(-1, width).pin_memory().to(device, non_blocking=True)
+        return (put(ids, torch.int32, t + 1).long(), put(lm, torch.uint8, t).float(), put(ans, torch.uint8, t).float())
+
     t0 = time.time()
     step = 0
     with sdpa_kernel(kernels):
         while True:
             elapsed = time.time() - t0
-            if phase < 2 and budget and elapsed > budget - long_reserve:
-                print(f"{elapsed:.0f} s: only the long phase's {long_reserve:.0f} s are left; phase {PHASES[phase][0]} "
-                      f"ends after {done[phase]} of {plan[phase]} steps", flush=True)
-                phase = 2
+            if budget and phase < 2 and elapsed > budget * phase_ends[phase]:
+                print(f"{elapsed:.0f} s: phase {PHASES[phase][0]}'s time share is spent after {done[phase]} of "
+                      f"{plan[phase]} steps", flush=True)
+                phase += 1
             while phase < 3 and done[phase] >= plan[phase]:
                 phase += 1
             if phase == 3:
                 break
-            if budget and elapsed > budget + 0.15 * long_reserve + 5:
+            if budget and elapsed > budget + 5:
                 stopped_early = True
-                print(f"--max-seconds {budget:g} overrun: stopped after {step} steps", flush=True)
+                print(f"--max-seconds {budget:g} spent: stopped after {step} steps", flush=True)
                 break
-            name, t, rows, lo = PHASES[phase]
+            name, t, rows, lo, mixture = PHASES[phase]
             phase_starts.setdefault(name, step)
-            batch = to_device(data.batch(t, rows, lo))
+            batch = next_batch(phase)
             progress = max(step / total, elapsed / budget if budget else 0.0)
             lr = lr_at(step, progress)
             for g in opt.param_groups:
                 g["lr"] = lr
             with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-                lm_loss, ans_loss, acc = losses(model, *batch)
+                lm_loss, ans_loss, acc, token_acc = losses(model, *batch)
             opt.zero_grad(set_to_none=True)
             (lm_loss + ans_loss).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -534,10 +638,11 @@ def train(args):
             done[phase] += 1
             if step % args.log_every == 0 or done[phase] == plan[phase]:
                 entry = {"step": step, "phase": name, "T": t, "lr": round(lr, 6), "lm_loss": round(lm_loss.item(), 4),
-                         "answer_loss": round(ans_loss.item(), 4), "answer_exact": round(acc.item(), 3),
+                         "answer_loss": round(ans_loss.item(), 4), "answer_token_acc": round(token_acc.item(), 3),
                          "seconds": round(time.time() - t0, 1)}
                 history.append(entry)
                 print(json.dumps(entry), flush=True)
+    pool.terminate()
     torch.cuda.synchronize()
     seconds = time.time() - t0
 
@@ -565,7 +670,7 @@ def train(args):
                 for _ in range(rows // 4):
                     b = to_device(pdata.batch(t, 4, 64, kind=kind, length=length, n=n, q=1))
                     with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-                        _, a_loss, acc = losses(model, *b)
+                        _, a_loss, acc, _ = losses(model, *b)
                     exact += acc.item() * 4
                     aloss += a_loss.item() / (rows // 4)
                 out.append({"task": kind, "needles": n, "length": length, "items": rows, "exact": int(round(exact)),
@@ -597,12 +702,12 @@ def train(args):
                          "max_position_embeddings": MAX_POSITIONS, "vocab": 4096, "tied_embeddings": True},
         "data": {"corpus": args.corpus, "corpus_sha256": sha256_of(args.corpus),
                  "heldout": f"last {HELDOUT_FRACTION:.0%} of the passages ({n_held} of {n_paragraphs})",
-                 "train_tokens": len(train_ids), "heldout_tokens": len(held_ids), "mixture": MIXTURE,
+                 "train_tokens": len(train_ids), "heldout_tokens": len(held_ids), "mixture": {n: m for n, _, _, _, m in PHASES}, "packing": "episodes packed per row, then training text",
                  "rows_drawn": data.counts, "answers_drawn": data.answers, "length_retries": data.retries},
         "schedule": {"phases": [{"name": n, "rows": [b, t], "prompt_lengths": [lo, t - 16 - QA_TOKENS],
                                  "steps_planned": p, "steps_trained": d, "first_step": phase_starts.get(n)}
-                                for (n, t, b, lo), p, d in zip(PHASES, plan, done)],
-                     "steps_trained": step, "max_seconds": budget, "stopped_early_by_max_seconds": stopped_early,
+                                for (n, t, b, lo, _), p, d in zip(PHASES, plan, done)],
+                     "steps_trained": step, "max_seconds": budget, "phase_share": PHASE_SHARE, "stopped_early_by_max_seconds": stopped_early,
                      "optimizer": "AdamW betas 0.9/0.95 wd 0.1 (matrices), clip 1.0",
                      "lr": {"peak": PEAK_LR, "min": MIN_LR, "warmup_steps": WARMUP_STEPS,
                             "shape": f"constant, linear decay from progress {DECAY_FROM} (progress = max(step, time) fraction)"},
@@ -632,13 +737,14 @@ def main():
     ap.add_argument("--out", help="output directory (required unless --dry-run)")
     ap.add_argument("--tokenizer", default=os.path.join(os.path.dirname(__file__), "..", "models", "demo-austen"))
     ap.add_argument("--seed", type=int, default=20261129)
-    ap.add_argument("--steps-tiny", type=int, default=450, help="steps of 128 x 512 tokens")
-    ap.add_argument("--steps-short", type=int, default=950, help="steps of 32 x 2048 tokens")
-    ap.add_argument("--steps-long", type=int, default=140, help="steps of 4 x 16384 tokens")
+    ap.add_argument("--steps-recall", type=int, default=3000, help="steps of 64 x 512 tokens (a cap with --max-seconds)")
+    ap.add_argument("--steps-short", type=int, default=1500, help="steps of 32 x 2048 tokens (a cap with --max-seconds)")
+    ap.add_argument("--steps-long", type=int, default=400, help="steps of 4 x 16384 tokens (a cap with --max-seconds)")
     ap.add_argument("--max-seconds", type=float, default=0,
-                    help="training time budget (0 = none): the long phase starts early and the run stops "
-                         "when it is spent; recipe.json records it")
+                    help="training time budget (0 = none): the phases get 45/35/20%% of it (their step counts "
+                         "become caps); recipe.json records it")
     ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--data-workers", type=int, default=8, help="processes building batches (capped at cores - 2)")
     ap.add_argument("--dry-run", action="store_true", help="build and check rows of every phase; no torch")
     ap.add_argument("--dry-run-rows", type=int, default=8)
     ap.add_argument("--dry-run-show", type=int, default=4)

@@ -145,10 +145,10 @@ def paired_table(root, pairs, title):
 
 # ------------------------------------------------------------------------------------- retrieval
 def retrieval_items(root, task):
-    """{config: {item key: pass}} pooled over every seed's a/b invocations of `task` (pk or mn)."""
+    """{config: {item key: pass}} pooled over every seed's a/b/c invocations of `task` (pk or mn)."""
     fname = "passkey_items.jsonl" if task == "pk" else "multineedle_items.jsonl"
     out, runs = {}, []
-    for d in sorted(glob.glob(os.path.join(root, f"{task}_[ab]_*"))):
+    for d in sorted(glob.glob(os.path.join(root, f"{task}_[abc]_*"))):
         f = os.path.join(d, fname)
         if not os.path.exists(f):
             continue
@@ -171,7 +171,7 @@ def retrieval_table(root, task, title):
         return f"\n({title}: no completed invocation)\n", None
     ref = items["f32"]
     lengths = sorted({k[1] for k in ref})
-    order = ["f32", "bf16", "fp8", "nvfp4", "nvfp4+hadamard", "k8v4", "k8v4+hadamard"]
+    order = ["f32", "bf16", "fp8", "fp8+hadamard", "nvfp4", "nvfp4+hadamard", "k8v4", "k8v4+hadamard"]
     lines = [f"\n{title}: invocations {', '.join(runs)}; items per configuration: see each row. Accuracy with a "
              f"95% Wilson interval; McNemar's exact test on the items the configuration shares with f32; MDD = "
              f"1.96·sqrt(b+c)/n.\n",
