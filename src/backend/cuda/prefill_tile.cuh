@@ -177,6 +177,27 @@ __device__ __forceinline__ void causal_mask(float (&s)[T::kM][T::kN][4], int key
   }
 }
 
+// Largest raw score of row r (g or g + 8) of row block mi in this tile: the lane's own 2 · kN
+// values, then the 4 lanes (t = 0..3) that share the row.
+template <typename T>
+__device__ __forceinline__ float tile_row_max(const float (&s)[T::kM][T::kN][4], int mi, int r) {
+  float x = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < T::kN; ++j) x = fmaxf(x, fmaxf(s[mi][j][2 * r], s[mi][j][2 * r + 1]));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// O row r of row block mi times `correction` (the online-softmax rescale).
+template <typename T>
+__device__ __forceinline__ void scale_o_row(float (&o)[T::kM][2 * T::kD16][4], int mi, int r, float correction) {
+#pragma unroll
+  for (int n = 0; n < 2 * T::kD16; ++n) {
+    o[mi][n][2 * r] *= correction;
+    o[mi][n][2 * r + 1] *= correction;
+  }
+}
+
 // kBaseline online softmax, rows g (r = 0) and g + 8 (r = 1) of each row block: m is the running
 // max of raw scores, every tile rescales l and O; s becomes the probabilities.
 template <typename T>
@@ -187,12 +208,7 @@ __device__ __forceinline__ void softmax_baseline(float (&s)[T::kM][T::kN][4], fl
   for (int mi = 0; mi < T::kM; ++mi) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < T::kN; ++j) tile_max = fmaxf(tile_max, fmaxf(s[mi][j][2 * r], s[mi][j][2 * r + 1]));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float m_new = fmaxf(m[mi][r], tile_max);
+      const float m_new = fmaxf(m[mi][r], tile_row_max<T>(s, mi, r));
       const float m_scaled = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
       const float correction = exp2f(m[mi][r] * scale_log2 - m_scaled);  // 0 while m is -inf
       m[mi][r] = m_new;
@@ -204,11 +220,7 @@ __device__ __forceinline__ void softmax_baseline(float (&s)[T::kM][T::kN][4], fl
         sum += s[mi][j][2 * r] + s[mi][j][2 * r + 1];
       }
       l[mi][r] = l[mi][r] * correction + sum;
-#pragma unroll
-      for (int n = 0; n < 2 * T::kD16; ++n) {
-        o[mi][n][2 * r] *= correction;
-        o[mi][n][2 * r + 1] *= correction;
-      }
+      scale_o_row<T>(o, mi, r, correction);
     }
   }
 }
@@ -228,12 +240,7 @@ __device__ __forceinline__ void softmax_lazy(float (&s)[T::kM][T::kN][4], float 
   for (int mi = 0; mi < T::kM; ++mi) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float x = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < T::kN; ++j) x = fmaxf(x, fmaxf(s[mi][j][2 * r], s[mi][j][2 * r + 1]));
-      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-      tile_max[mi][r] = x * scale_log2;  // -inf stays -inf (scale_log2 > 0)
+      tile_max[mi][r] = tile_row_max<T>(s, mi, r) * scale_log2;  // -inf stays -inf (scale_log2 > 0)
       grow = grow || tile_max[mi][r] > m[mi][r] + kRescaleLog2;
     }
   }
@@ -247,11 +254,7 @@ __device__ __forceinline__ void softmax_lazy(float (&s)[T::kM][T::kN][4], float 
         const float correction = m_new == -INFINITY ? 1.0f : exp2_ftz(m[mi][r] - m_new);
         m[mi][r] = m_new;
         l[mi][r] *= correction;
-#pragma unroll
-        for (int n = 0; n < 2 * T::kD16; ++n) {
-          o[mi][n][2 * r] *= correction;
-          o[mi][n][2 * r + 1] *= correction;
-        }
+        scale_o_row<T>(o, mi, r, correction);
       }
     }
   }
