@@ -1,7 +1,7 @@
 #pragma once
 // The KV-scale flags shared by generate, score and calibrate-aware commands:
 //   --kv-scales FILE            per-layer K/V global scales from `nibble calibrate`
-//   --nvfp4-scale-rule 6|4over6 nvfp4 block scale amax/6 (default) or 4-over-6 (CPU only)
+//   --nvfp4-scale-rule 6|4over6 nvfp4 block scale amax/6 (default) or 4-over-6
 #include <CLI/CLI.hpp>
 
 #include <string>
@@ -20,7 +20,7 @@ struct KvScaleFlags {
 inline void add_kv_scale_flags(CLI::App* cmd, KvScaleFlags& flags) {
   cmd->add_option("--kv-scales", flags.kv_scales, "Per-layer K/V global scales (JSON from nibble calibrate)");
   cmd->add_option("--nvfp4-scale-rule", flags.nvfp4_scale_rule,
-                  "nvfp4 block scale: 6 (amax/6) | 4over6 (amax/6 or amax/4, lower block error; CPU only)")
+                  "nvfp4 block scale: 6 (amax/6) | 4over6 (amax/6 or amax/4, lower block error)")
       ->capture_default_str();
 }
 

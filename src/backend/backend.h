@@ -33,7 +33,7 @@ struct KvCacheView {
   const cache::PageLayout* layout = nullptr;
   const cache::KvGlobalScales* scales = nullptr;  // k[layer], v[layer], host memory
   quant::Rotation rotation = quant::Rotation::kNone;
-  // nvfp4 block-scale rule of kv_write (quant/nvfp4.h); 4-over-6 is implemented by the CPU backend only.
+  // nvfp4 block-scale rule of kv_write (quant/nvfp4.h); both backends implement both rules, bit-exactly alike.
   quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;
 };
 

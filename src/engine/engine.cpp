@@ -84,7 +84,6 @@ Engine::Engine(runtime::LoadedModel model, Tokenizer tokenizer, const EngineOpti
   for (int32_t id : tokenizer_.eos_ids()) {
     if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
   }
-  runtime::check_nvfp4_scale_rule(model_, options.nvfp4_scale_rule);
   core_ = std::make_unique<Core>(runtime::make_kv_pool(model_, {.kv_dtype = options.kv_dtype,
                                                                  .rotation = options.rotation,
                                                                  .page_size = options.page_size,

@@ -86,12 +86,6 @@ cache::KvPool make_kv_pool(model::Transformer& transformer, const KvPoolOptions&
   return pool;
 }
 
-void check_nvfp4_scale_rule(LoadedModel& model, quant::Nvfp4ScaleRule rule) {
-  NIBBLE_CHECK(rule == quant::Nvfp4ScaleRule::kAmaxOver6 || model.backend().name() == "cpu",
-               "the 4-over-6 nvfp4 scale rule is implemented on the CPU KV write path only; the {} backend does not "
-               "support it yet (use --nvfp4-scale-rule 6 or --device cpu)", model.backend().name());
-}
-
 backend::KvCacheView kv_cache_view(cache::KvPool& pool, quant::Rotation rotation,
                                    quant::Nvfp4ScaleRule nvfp4_scale_rule) {
   return {.pool = pool.storage().data(),

@@ -37,10 +37,6 @@ cache::PageLayout kv_page_layout(LoadedModel& model, const KvPoolOptions& option
 cache::KvPool make_kv_pool(LoadedModel& model, const KvPoolOptions& options);
 cache::KvPool make_kv_pool(model::Transformer& transformer, const KvPoolOptions& options);
 
-// Throws nibble::Error unless the model's backend implements `rule` in its cache write (4-over-6:
-// the CPU backend only).
-void check_nvfp4_scale_rule(LoadedModel& model, quant::Nvfp4ScaleRule rule);
-
 // The view the attention ops read the pool through.
 backend::KvCacheView kv_cache_view(cache::KvPool& pool, quant::Rotation rotation,
                                    quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6);

@@ -30,7 +30,7 @@ struct SessionOptions {
   int64_t max_sequences = 1;   // sequences the pool is sized for
   // Per-layer K/V global scales g (e.g. from `nibble calibrate`, cache/kv_scales_file.h); empty = 1.0.
   cache::KvGlobalScales global_scales{};
-  // nvfp4 block-scale rule; kFourOverSix runs on the CPU backend only (the constructor throws otherwise).
+  // nvfp4 block-scale rule (quant/nvfp4.h); both rules run on the CPU and the CUDA backend, bit-exactly alike.
   quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;
 };
 

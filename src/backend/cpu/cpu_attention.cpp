@@ -90,7 +90,7 @@ void cpu_kv_write(ThreadPool& pool, const StepPlan& plan, const KvCacheView& cac
         std::copy_n(src.row(row) + h * d, d, vec.data());
         if (rotate) quant::hadamard_inplace(vec.data(), static_cast<int>(d));
         const bool four_over_six = cache.nvfp4_scale_rule == quant::Nvfp4ScaleRule::kFourOverSix;
-        if (part.format == quant::ElemFormat::kNVFP4 && four_over_six) {  // quant/nvfp4.h; CPU only
+        if (part.format == quant::ElemFormat::kNVFP4 && four_over_six) {  // quant/nvfp4.h
           uint8_t* codes = base + part.data_at(h, slot);    // [d / 2]
           uint8_t* scales = base + part.scales_at(h, slot);  // [d / 16]
           for (int64_t b = 0; b < d / quant::kNvfp4Block; ++b) {

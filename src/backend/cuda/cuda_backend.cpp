@@ -431,8 +431,6 @@ void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, in
   const CudaPlannedStep& s = cuda_step(step, "kv_write");
   const StepPlan& plan = s.host();
   validate_cache("kv_write", plan, cache, layer);
-  NIBBLE_CHECK(cache.nvfp4_scale_rule == quant::Nvfp4ScaleRule::kAmaxOver6,
-               "kv_write: the CUDA write path implements only the amax/6 nvfp4 block-scale rule (4over6 is CPU-only)");
   const cache::KvGeometry& g = cache.layout->geometry();
   check_kv_shape("kv_write", "k", plan, g, k);
   check_kv_shape("kv_write", "v", plan, g, v);
@@ -450,11 +448,12 @@ void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, in
                                    .v_layout = cache.layout->v(layer),
                                    .k_global_scale = cache.scales->k[layer],
                                    .v_global_scale = cache.scales->v[layer],
-                                   .rotation = cache.rotation};
+                                   .rotation = cache.rotation,
+                                   .nvfp4_scale_rule = cache.nvfp4_scale_rule};
   const bool fused = fused_kv_kernels_support(g.head_dim);
   recorder_.op({8, tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
                 sig(params.k_global_scale), sig(params.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
-                sig(s.positions()), sig(s.page_tables())},
+                sig(s.positions()), sig(s.page_tables()), sig_i(static_cast<int64_t>(cache.nvfp4_scale_rule))},
                [this, params, fused] {
                  if (fused) {
                    cuda::kv_write(params, stream_);

@@ -4,6 +4,7 @@
 #include "backend/cuda/generic_kv_write.h"
 #include "quant/hadamard.h"
 #include "quant/kv_format.h"
+#include "quant/nvfp4.h"
 
 namespace nibble::cuda {
 
@@ -33,8 +34,16 @@ __global__ void generic_kv_write_kernel(KvWriteParams p) {
   float x[kGenericKvWriteMaxHeadDim];
   for (int i = 0; i < d; ++i) x[i] = src[i];
   if (p.rotation == quant::Rotation::kHadamard) quant::hadamard_inplace(x, d);
-  quant::quantize_head_vector(part.format, x, d, side == 0 ? p.k_global_scale : p.v_global_scale,
-                              base + part.data_at(head, slot), base + part.scales_at(head, slot));
+  const float g = side == 0 ? p.k_global_scale : p.v_global_scale;
+  uint8_t* data = base + part.data_at(head, slot);      // [quant::data_bytes(format, d)]
+  uint8_t* scales = base + part.scales_at(head, slot);  // nvfp4: [d / 16] E4M3 block scales
+  if (part.format == quant::ElemFormat::kNVFP4 && p.nvfp4_scale_rule == quant::Nvfp4ScaleRule::kFourOverSix) {
+    for (int b = 0; b < d / quant::kNvfp4Block; ++b) {  // the CPU backend's loop (cpu_attention.cpp)
+      scales[b] = quant::nvfp4_quantize_block_4over6(x + b * quant::kNvfp4Block, g, data + b * quant::kNvfp4BlockBytes);
+    }
+    return;
+  }
+  quant::quantize_head_vector(part.format, x, d, g, data, scales);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #pragma once
 // The write path for head dims the fused kernel (kv_write.h: 64, 128, 256) does not take, e.g.
 // stories260k's 8: one thread per (token, KV head, K or V) runs the CPU reference's own code
-// (quant::hadamard_inplace, quant::quantize_head_vector) on a local copy of the head vector. Built
+// (quant::hadamard_inplace, quant::quantize_head_vector, or quant::nvfp4_quantize_block_4over6 per
+// nvfp4 block under the 4-over-6 rule) on a local copy of the head vector. Built
 // with --fmad=false like kv_write.cu, so the stored bytes equal the CPU backend's. Slow (local
 // memory, uncoalesced), but only small models take it.
 #include <cuda_runtime.h>

@@ -59,6 +59,9 @@ void kv_write(const KvWriteParams& p, cudaStream_t stream) {
     NIBBLE_CHECK(part->format != quant::ElemFormat::kNVFP4 || (g >= kNvfp4MinGlobalScale && g <= kNvfp4MaxGlobalScale),
                  "kv_write: the nvfp4 global scale of {} must be in [2^-51, 2^51] on CUDA, got {}", which, g);
   }
+  NIBBLE_CHECK(p.nvfp4_scale_rule == quant::Nvfp4ScaleRule::kAmaxOver6 ||
+                   p.nvfp4_scale_rule == quant::Nvfp4ScaleRule::kFourOverSix,
+               "kv_write: unknown nvfp4 scale rule {}", static_cast<int>(p.nvfp4_scale_rule));
   NIBBLE_CHECK(p.num_tokens * p.k_layout.kv_heads < (int64_t{1} << 31),
                "kv_write: num_tokens × kv_heads must be < 2^31 (32-bit indexing), got {} × {}", p.num_tokens,
                p.k_layout.kv_heads);

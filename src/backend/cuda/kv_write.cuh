@@ -117,13 +117,57 @@ __device__ __forceinline__ void e2m1_codes16(const float x[16], const quant::E2m
   }
 }
 
+// E4M3 block-scale code of t / g (t·(1/g) when g_inv = 1/g is exact, kv_write_kernel) by the
+// hardware conversion, as quant::e4m3_from_f32(t / g).
+__device__ __forceinline__ uint8_t nvfp4_scale_code(float t, float g, float g_inv) {
+  return static_cast<uint8_t>(e4m3x4_from_f32(g_inv != 0.0f ? t * g_inv : t / g, 0.0f, 0.0f, 0.0f));
+}
+
+// quant::f32_from_e4m3 by the hardware: E4M3 -> f16 is exact (NaN stays NaN), f16 -> f32 too.
+__device__ __forceinline__ float f32_from_e4m3_hw(uint8_t code) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
+}
+
+// The packed E2M1 codes of x_i / (s·g) (w = {0, 0}: the all-zero block when s is 0 or NaN), as
+// quant::nvfp4_quantize_block codes them for the block scale value s.
+__device__ __forceinline__ void nvfp4_codes16(const float x[16], float s, float g, uint32_t w[2]) {
+  w[0] = 0, w[1] = 0;
+  if (s == 0.0f || quant::is_nan(s)) return;
+  // e2m1(x_i / (s·g)) without the 16 divisions (quant/e2m1_reciprocal.h): with g a power of two
+  // (g = 1 by default) every divisor is kProven; other g check each quotient (kChecked) and
+  // decide the flagged ones exactly by an FMA residual. kv_write() admits only nvfp4 g in
+  // [2^-51, 2^51], so s·g lies in [2^-60, 2^60] and is never kDivide (an inlined division's
+  // slow-path call would cost the whole kernel ~20 registers).
+  const quant::E2m1Divisor v = quant::e2m1_divisor(s * g);
+  if (v.mode == quant::E2m1DivisorMode::kProven) {
+    e2m1_codes16<false>(x, v, w);
+  } else {
+    e2m1_codes16<true>(x, v, w);
+  }
+}
+
+// quant::nvfp4_block_squared_error on packed words: E = Σ_i (q_i·s·g − x_i)², i = 0..15 in order,
+// every operation rounded separately (explicit _rn intrinsics: never contracted into an FMA, whatever
+// --fmad says, as the host reference computes it). q_i by quant::f32_from_e2m1, exact.
+__device__ __forceinline__ float nvfp4_squared_error16(const float x[16], const uint32_t w[2], float s, float g) {
+  float err = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float q = quant::f32_from_e2m1(static_cast<uint8_t>((w[i / 8] >> (4 * (i % 8))) & 0xFu));
+    const float d = __fsub_rn(__fmul_rn(__fmul_rn(q, s), g), x[i]);
+    err = __fadd_rn(err, __fmul_rn(d, d));
+  }
+  return err;
+}
+
 // Quantizes this lane's 16 elements and stores them at `data` (+ one scale byte at `scale` for
 // nvfp4). The same building blocks and order of float operations as quant::quantize_head_vector
-// (bf16_from_f32, e4m3_from_f32(x / g), nvfp4_quantize_block), but written out on registers: the
-// generic function works through a byte array in local memory, which made the kernel issue-bound.
+// (bf16_from_f32, e4m3_from_f32(x / g), nvfp4_quantize_block; nvfp4_quantize_block_4over6 when
+// R is kFourOverSix), but written out on registers: the generic function works through a byte array
+// in local memory, which made the kernel issue-bound.
 // `g_inv` is 1/g when g is a power of two (then x·(1/g) is exactly x/g: the same real number,
 // rounded once), else 0 and the true division runs. data is aligned to the piece size.
-template <quant::ElemFormat F>
+template <quant::ElemFormat F, quant::Nvfp4ScaleRule R = quant::Nvfp4ScaleRule::kAmaxOver6>
 __device__ __forceinline__ void quantize_store16(const float x[16], float g, float g_inv, uint8_t* data,
                                                  uint8_t* scale) {
   if constexpr (F == quant::ElemFormat::kF32) {
@@ -155,22 +199,21 @@ __device__ __forceinline__ void quantize_store16(const float x[16], float g, flo
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) amax = max_abs_nan(amax, x[i]);
-    const float t = amax / 6.0f;
-    const uint8_t code = static_cast<uint8_t>(e4m3x4_from_f32(g_inv != 0.0f ? t * g_inv : t / g, 0.0f, 0.0f, 0.0f));
-    // quant::f32_from_e4m3 by the hardware: E4M3 -> f16 is exact (NaN stays NaN), f16 -> f32 too.
-    const float s = __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
-    uint32_t w[2] = {0, 0};
-    if (!(s == 0.0f || quant::is_nan(s))) {
-      // e2m1(x_i / (s·g)) without the 16 divisions (quant/e2m1_reciprocal.h): with g a power of two
-      // (g = 1 by default) every divisor is kProven; other g check each quotient (kChecked) and
-      // decide the flagged ones exactly by an FMA residual. kv_write() admits only nvfp4 g in
-      // [2^-51, 2^51], so s·g lies in [2^-60, 2^60] and is never kDivide (an inlined division's
-      // slow-path call would cost the whole kernel ~20 registers).
-      const quant::E2m1Divisor v = quant::e2m1_divisor(s * g);
-      if (v.mode == quant::E2m1DivisorMode::kProven) {
-        e2m1_codes16<false>(x, v, w);
-      } else {
-        e2m1_codes16<true>(x, v, w);
+    uint8_t code = nvfp4_scale_code(amax / 6.0f, g, g_inv);
+    const float s = f32_from_e4m3_hw(code);
+    uint32_t w[2];
+    nvfp4_codes16(x, s, g, w);
+    if constexpr (R == quant::Nvfp4ScaleRule::kFourOverSix) {
+      // quant::nvfp4_quantize_block_4over6: the amax/4 candidate, kept only when its block error is
+      // strictly smaller (ties and NaN errors keep amax/6); nothing to try for a zero or NaN s4.
+      const uint8_t code4 = nvfp4_scale_code(amax / 4.0f, g, g_inv);
+      const float s4 = f32_from_e4m3_hw(code4);
+      if (!(s4 == 0.0f || quant::is_nan(s4))) {
+        uint32_t w4[2];
+        nvfp4_codes16(x, s4, g, w4);
+        const float err6 = nvfp4_squared_error16(x, w, s, g);
+        const float err4 = nvfp4_squared_error16(x, w4, s4, g);
+        if (err4 < err6) w[0] = w4[0], w[1] = w4[1], code = code4;
       }
     }
     *reinterpret_cast<uint2*>(data) = make_uint2(w[0], w[1]);
@@ -187,7 +230,9 @@ __device__ __forceinline__ float exact_reciprocal_or_zero(float g) {
 }
 
 // grid: (ceil(num_tokens * kv_heads / vectors_per_block), 2); blockIdx.y 0 = K, 1 = V.
-template <int kHeadDim, ActivationDtype D>
+// R: the nvfp4 block-scale rule (p.nvfp4_scale_rule), a template parameter so that the default
+// amax/6 kernel carries none of 4-over-6's second candidate.
+template <int kHeadDim, ActivationDtype D, quant::Nvfp4ScaleRule R>
 __global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWriteParams p) {
   constexpr int kLanesPerVector = kHeadDim / kElemsPerLane;
   constexpr int kVectorsPerWarp = 32 / kLanesPerVector;
@@ -236,7 +281,7 @@ __global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWritePar
     case quant::ElemFormat::kF32: quantize_store16<quant::ElemFormat::kF32>(x, g, g_inv, data, scale); break;
     case quant::ElemFormat::kBF16: quantize_store16<quant::ElemFormat::kBF16>(x, g, g_inv, data, scale); break;
     case quant::ElemFormat::kFP8: quantize_store16<quant::ElemFormat::kFP8>(x, g, g_inv, data, scale); break;
-    case quant::ElemFormat::kNVFP4: quantize_store16<quant::ElemFormat::kNVFP4>(x, g, g_inv, data, scale); break;
+    case quant::ElemFormat::kNVFP4: quantize_store16<quant::ElemFormat::kNVFP4, R>(x, g, g_inv, data, scale); break;
   }
 }
 

@@ -10,6 +10,9 @@
 // contraction (the rule's FMAs are explicit); fp8's x / g is x · (1/g) only when g is a power of
 // two. (One documented difference: a NaN input gives a NaN scale/code on both, but its sign bit may
 // differ, because x86 keeps a NaN's sign through division and the GPU returns the canonical NaN.)
+// Both nvfp4 block-scale rules: amax/6 (quant::nvfp4_quantize_block) and "4 over 6"
+// (quant::nvfp4_quantize_block_4over6: a second candidate with amax/4, kept when its float32 block
+// error is strictly smaller), the latter in its own kernel instantiation so amax/6 costs nothing more.
 //
 // Where each token goes is the step plan's own description (backend/step_plan.h): row i belongs to
 // sequence row_sequence[i] at position positions[i], which lives in page
@@ -20,6 +23,7 @@
 
 #include "cache/page_layout.h"
 #include "quant/kv_format.h"
+#include "quant/nvfp4.h"
 
 namespace nibble::cuda {
 
@@ -43,6 +47,7 @@ struct KvWriteParams {
   float k_global_scale = 1.0f;     // g of this layer's K (fp8 / nvfp4; ignored otherwise)
   float v_global_scale = 1.0f;
   quant::Rotation rotation = quant::Rotation::kNone;
+  quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;  // nvfp4 parts only
 };
 
 // nvfp4 parts need a global scale in [2^-51, 2^51] (so that every block divisor s·g is in the
