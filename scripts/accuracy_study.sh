@@ -20,7 +20,8 @@
 #                        nvfp4+hadamard, k8v4+hadamard under --nvfp4-scale-rule 6 and 4over6
 #        round 2, retrieval (only if the training probe retrieved anything), seeds 0 and 1 while
 #          time is left: pk_a_S / pk_b_S / pk_c_S (passkey), mn_a_S / mn_b_S / mn_c_S (multineedle,
-#          4 needles): the g = 1 configurations split as in round 1a/1b, and fp8+hadamard (the default)
+#          4 needles): the g = 1 configurations split as in round 1a/1b, and fp8+hadamard (the default);
+#          with RET_4OVER6=1 also pk_d_S / mn_d_S: nvfp4, nvfp4+hadamard, k8v4+hadamard under 4-over-6
 #        round 3, if time is left: ppl_long (all g = 1 configurations and fp8+hadamard, 3 documents of LONG_CONTEXT
 #          [16000] tokens); then more retrieval seeds (2..5) while time is left
 #   5. $OUT: study.tar.gz (every report but the per-token arrays, the scale files, recipe.json, the
@@ -181,7 +182,12 @@ RET="--passkey-lengths ${RET_LENGTHS:-1024,2048,4096,8192,16000} --passkey-depth
         run_eval ${task}_a_$seed "$lim" "$DEV" --configs "$G1A" --tasks $name --seed $seed $RET $GPU & a=$!
         run_eval ${task}_b_$seed "$lim" "$DEV" --configs "$G1B" --tasks $name --seed $seed $RET $GPU & b=$!
         run_eval ${task}_c_$seed "$lim" "$DEV" --configs fp8+hadamard --tasks $name --seed $seed $RET $GPU & c=$!
-        wait $a $b $c
+        d=""
+        if [[ -n "${RET_4OVER6:-}" ]]; then  # needs the CUDA write path's 4-over-6 rule
+          run_eval ${task}_d_$seed "$lim" "$DEV" --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 4over6 \
+            --tasks $name --seed $seed $RET $GPU & d=$!
+        fi
+        wait $a $b $c $d
         est=$(( $(date +%s) - t ))
         pack "round 2 $task seed $seed"
       done

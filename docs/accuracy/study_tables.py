@@ -145,10 +145,12 @@ def paired_table(root, pairs, title):
 
 # ------------------------------------------------------------------------------------- retrieval
 def retrieval_items(root, task):
-    """{config: {item key: pass}} pooled over every seed's a/b/c invocations of `task` (pk or mn)."""
+    """{config: {item key: pass}} pooled over every seed's a/b/c/d invocations of `task` (pk or mn).
+    The d invocations use the 4-over-6 nvfp4 rule: their quantized configurations are named
+    "<config> 4-over-6" (their f32 reference is the same deterministic run as everyone's)."""
     fname = "passkey_items.jsonl" if task == "pk" else "multineedle_items.jsonl"
     out, runs = {}, []
-    for d in sorted(glob.glob(os.path.join(root, f"{task}_[abc]_*"))):
+    for d in sorted(glob.glob(os.path.join(root, f"{task}_[abcd]_*"))):
         f = os.path.join(d, fname)
         if not os.path.exists(f):
             continue
@@ -158,6 +160,8 @@ def retrieval_items(root, task):
             for line in fh:
                 x = json.loads(line)
                 key = (seed, x["length"], x["depth"], x["sample"])
+                if os.path.basename(d).startswith(f"{task}_d_") and x["config"] != "f32":
+                    x["config"] += " 4-over-6"
                 prev = out.setdefault(x["config"], {}).get(key)
                 if prev is not None and prev != x["pass"]:
                     raise SystemExit(f"{x['config']} {key}: different outcomes in two invocations")
@@ -171,7 +175,8 @@ def retrieval_table(root, task, title):
         return f"\n({title}: no completed invocation)\n", None
     ref = items["f32"]
     lengths = sorted({k[1] for k in ref})
-    order = ["f32", "bf16", "fp8", "fp8+hadamard", "nvfp4", "nvfp4+hadamard", "k8v4", "k8v4+hadamard"]
+    order = ["f32", "bf16", "fp8", "fp8+hadamard", "nvfp4", "nvfp4+hadamard", "k8v4", "k8v4+hadamard",
+             "nvfp4 4-over-6", "nvfp4+hadamard 4-over-6", "k8v4+hadamard 4-over-6"]
     lines = [f"\n{title}: invocations {', '.join(runs)}; items per configuration: see each row. Accuracy with a "
              f"95% Wilson interval; McNemar's exact test on the items the configuration shares with f32; MDD = "
              f"1.96·sqrt(b+c)/n.\n",
