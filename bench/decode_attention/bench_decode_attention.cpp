@@ -4,11 +4,12 @@
 // time ratios; then the write path in GB/s (f32 input read + stored bytes).
 //
 //   bench_decode_attention [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,...]
-//                          [--no-write | --write-only] [--one-order]
+//                          [--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
-// skip the write path / the decode table.
+// skip the write path / the decode table; --nvfp4-rule picks the write path's nvfp4 block-scale rule
+// (4over6: a second candidate scale and both block errors per block, docs/kv_layout.md).
 //
 // Each timed call reads a different copy of the KV pages (copies rotate so the working set is
 // >= 4x L2), so the numbers are DRAM numbers, not L2 numbers. KV contents are a constant byte
@@ -237,6 +238,7 @@ struct WriteShape {
   int64_t tokens;
   float g;  // the global scale of K and V (1 = SGLang's recipe; a power of two takes the exact
             // multiply path, anything else the true division)
+  quant::Nvfp4ScaleRule rule = quant::Nvfp4ScaleRule::kAmaxOver6;  // nvfp4 parts (nvfp4, k8v4's V)
 };
 
 // Bytes per arena region of the write path for `tokens` tokens in `dtype`.
@@ -275,7 +277,7 @@ double bench_write(const DeviceArena& arena, KvDtype dtype, const WriteShape& w)
                                    .pool = arena.at<uint8_t>(kPool, bytes[kPool]), .num_tokens = tokens,
                                    .max_pages_per_seq = pages, .page_bytes = layout.page_bytes(),
                                    .k_layout = layout.k(0), .v_layout = layout.v(0), .k_global_scale = w.g,
-                                   .v_global_scale = w.g};
+                                   .v_global_scale = w.g, .nvfp4_scale_rule = w.rule};
   return median_seconds([&](int) { cuda::kv_write(params, nullptr); }, 1);
 }
 
@@ -343,6 +345,7 @@ std::vector<KvDtype> parse_formats(const std::string& text) {
 
 int main(int argc, char** argv) {
   bool quick = false, run_decode = true, run_write = true, both_orders = true;
+  quant::Nvfp4ScaleRule write_rule = quant::Nvfp4ScaleRule::kAmaxOver6;
   std::string json_path, shapes_arg, formats_arg;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -360,10 +363,17 @@ int main(int argc, char** argv) {
       run_decode = false;
     } else if (arg == "--one-order") {
       both_orders = false;
+    } else if (arg == "--nvfp4-rule" && i + 1 < argc) {
+      const std::string rule = argv[++i];
+      if (rule != "6" && rule != "4over6") {
+        fmt::print(stderr, "--nvfp4-rule: '{}' is not 6 or 4over6\n", rule);
+        return 2;
+      }
+      write_rule = rule == "6" ? quant::Nvfp4ScaleRule::kAmaxOver6 : quant::Nvfp4ScaleRule::kFourOverSix;
     } else {
       fmt::print(stderr,
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
-                 "[--no-write | --write-only] [--one-order]\nunknown argument '{}'\n",
+                 "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]\nunknown argument '{}'\n",
                  argv[0], arg);
       return 2;
     }
@@ -405,7 +415,8 @@ int main(int argc, char** argv) {
     }
     if (!run_decode) shapes.clear();
     const std::vector<WriteShape> write_shapes =
-        run_write ? std::vector<WriteShape>{{256, 1.0f}, {4096, 1.0f}, {65536, 1.0f}, {65536, 0.37f}}
+        run_write ? std::vector<WriteShape>{{256, 1.0f, write_rule}, {4096, 1.0f, write_rule}, {65536, 1.0f, write_rule},
+                                            {65536, 0.37f, write_rule}}
                   : std::vector<WriteShape>{};
 
     // One arena for every case of the run, sized before the first one is timed.
@@ -482,9 +493,10 @@ int main(int argc, char** argv) {
     }
 
     if (run_write) {
-      fmt::print("\nwrite path (f32 K/V in, quantize + store), {} KV heads, head_dim {}; GB/s = input + stored bytes; "
-                 "same arena, same two-order timing\n",
-                 kKvHeads, kHeadDim);
+      const bool four_over_six = write_rule == quant::Nvfp4ScaleRule::kFourOverSix;
+      fmt::print("\nwrite path (f32 K/V in, quantize + store), {} KV heads, head_dim {}, nvfp4 block scale {}; GB/s = "
+                 "input + stored bytes; same arena, same two-order timing\n",
+                 kKvHeads, kHeadDim, four_over_six ? "4-over-6" : "amax/6");
       for (const WriteShape& w : write_shapes) {
         const auto times =
             time_both_orders(dtypes, both_orders, [&](KvDtype d) { return bench_write(arena, d, w); });
@@ -497,6 +509,7 @@ int main(int argc, char** argv) {
           line += fmt::format(" {} {:.1f} us {:.0f} GB/s ({:.1f}%) |", quant::kv_dtype_name(d), s * 1e6, gbps,
                               100.0 * gbps / read_gbps);
           report["write"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"tokens", w.tokens}, {"g", w.g},
+                                     {"nvfp4_rule", four_over_six ? "4over6" : "6"},
                                      {"seconds", s}, {"gbps", gbps}, {"fraction_of_read_bw", gbps / read_gbps},
                                      {"seconds_forward", fwd}, {"seconds_reverse", rev}, {"order_spread", spread}});
         }
