@@ -8,6 +8,10 @@
 #include "cache/page_layout.h"
 #include "quant/kv_format.h"
 
+namespace nibble::cuda {
+struct DecodeAttentionParams;  // decode_attention.h
+}
+
 namespace nibble::cuda::detail {
 
 inline constexpr int kMaxGroupPerBlock = 8;  // query heads one block serves (a GQA group chunk)
@@ -108,14 +112,6 @@ struct DecodeLaunch {
   int num_seqs;
   bool split;      // some sequence has > 1 work item: the reduce kernel must run
 };
-
-}  // namespace nibble::cuda::detail
-
-namespace nibble::cuda {
-struct DecodeAttentionParams;  // decode_attention.h
-}
-
-namespace nibble::cuda::detail {
 
 // Throws nibble::Error naming the problem (decode_attention's checks).
 DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& params);
