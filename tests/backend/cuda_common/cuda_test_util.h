@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +16,19 @@
 #include "backend/cuda/cuda_check.h"
 
 namespace nibble::cuda::test {
+
+// max|got - want| / (max|want| + 1e-3): a logit difference relative to the logits' scale; infinite if
+// got has a non-finite value or the sizes differ (the whole-model CUDA-vs-CPU comparisons).
+inline double logit_error(std::span<const float> got, std::span<const float> want) {
+  if (got.size() != want.size()) return INFINITY;
+  double err = 0, scale = 1e-3;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  return err / scale;
+}
 
 // Empty when a CUDA device is usable, else the reason (used in GTEST_SKIP messages).
 inline std::string no_device_reason() {

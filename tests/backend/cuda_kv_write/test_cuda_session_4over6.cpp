@@ -37,17 +37,7 @@ using quant::Rotation;
 constexpr double kQuantizedCacheTolerance = 5e-3;
 const fs::path kFixtures = fs::path(NIBBLE_SOURCE_DIR) / "tests" / "data" / "hf_fixtures";
 
-// max|got - want| / (max|want| + 1e-3); infinite if got has a non-finite value or sizes differ.
-double logit_error(std::span<const float> got, std::span<const float> want) {
-  if (got.size() != want.size()) return INFINITY;
-  double err = 0, scale = 1e-3;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-  }
-  return err / scale;
-}
+using cuda::test::logit_error;
 
 // Prefill the first half of `ids` (chunks of 5, every token's logits), then decode the rest.
 std::vector<float> run(LoadedModel& model, const SessionOptions& options, const std::vector<int32_t>& ids) {

@@ -141,17 +141,7 @@ const fs::path kStories = fs::path(NIBBLE_SOURCE_DIR) / "models" / "stories260k"
 const fs::path kFixtures = fs::path(NIBBLE_SOURCE_DIR) / "tests" / "data" / "hf_fixtures";
 const char* const kArchs[] = {"llama3_untied", "llama_tied", "mistral", "qwen2_bias", "qwen3_qknorm"};
 
-// max|got - want| / (max|want| + 1e-3); infinite if got has a non-finite value or sizes differ.
-double logit_error(std::span<const float> got, std::span<const float> want) {
-  if (got.size() != want.size()) return INFINITY;
-  double err = 0, scale = 1e-3;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-  }
-  return err / scale;
-}
+using cuda::test::logit_error;
 
 int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
