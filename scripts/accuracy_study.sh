@@ -9,19 +9,24 @@
 #      configurations with its own f32 reference run on the same items; the reference is
 #      deterministic, so invocations pair up by document/item):
 #        ppl_probe   2 documents, bf16: times a document so that round 1 fits its budget
-#        round 1, perplexity/KL/top-1 (context PPL_CONTEXT, chunk PPL_CHUNK):
-#          ppl_g1a     bf16, fp8, nvfp4               (g = 1: SGLang's recipe)
-#          ppl_g1b     nvfp4+hadamard, k8v4, k8v4+hadamard (g = 1)
-#          ppl_g1c     fp8, fp8+hadamard, k8v4+hadamard (g = 1; the recommended default and its two
-#                      anchors in one invocation, beside ppl_g1a and ppl_g1b)
-#          ppl_cal     fp8, nvfp4, k8v4 with --kv-scales (calibrated, no rotation)
-#          ppl_calhad  nvfp4+hadamard, k8v4+hadamard with --kv-scales (calibrated with the rotation)
-#          cpu6, cpu4o6  in the background on the CPU backend (4-over-6 is CPU-only): nvfp4,
-#                        nvfp4+hadamard, k8v4+hadamard under --nvfp4-scale-rule 6 and 4over6
+#        round 1, perplexity/KL/top-1 (context PPL_CONTEXT, chunk PPL_CHUNK), the groups of PPL_GROUPS:
+#          g1a   ppl_g1a     bf16, fp8, nvfp4               (g = 1: SGLang's recipe)
+#          g1b   ppl_g1b     nvfp4+hadamard, k8v4, k8v4+hadamard (g = 1)
+#          g1c   ppl_g1c     fp8, fp8+hadamard, k8v4+hadamard (g = 1; the recommended default and its two
+#                            anchors in one invocation, beside ppl_g1a and ppl_g1b)
+#          4o6   ppl_4o6     nvfp4, nvfp4+hadamard, k8v4+hadamard under --nvfp4-scale-rule 4over6 (g = 1)
+#          cal   ppl_cal     fp8, nvfp4, k8v4 with --kv-scales (calibrated, no rotation), then
+#                ppl_calhad  nvfp4+hadamard, k8v4+hadamard with --kv-scales (calibrated with the rotation)
+#          cpu   cpu6, cpu4o6  in the background on the CPU backend: nvfp4, nvfp4+hadamard, k8v4+hadamard
+#                              under --nvfp4-scale-rule 6 and 4over6 (a short context: the CPU's check)
 #        round 2, retrieval (only if the training probe retrieved anything), seeds 0 and 1 while
-#          time is left: pk_a_S / pk_b_S / pk_c_S (passkey), mn_a_S / mn_b_S / mn_c_S (multineedle,
-#          4 needles): the g = 1 configurations split as in round 1a/1b, and fp8+hadamard (the default);
-#          with RET_4OVER6=1 also pk_d_S / mn_d_S: nvfp4, nvfp4+hadamard, k8v4+hadamard under 4-over-6
+#          time is left, passkey (pk_G_S) then multineedle with 4 needles (mn_G_S), the groups G of
+#          RET_GROUPS_PK / RET_GROUPS_MN [both "a b c", plus d with RET_4OVER6=1]:
+#          a, b  the g = 1 configurations split as in round 1's g1a / g1b
+#          c     fp8+hadamard (the default)
+#          d     nvfp4, nvfp4+hadamard, k8v4+hadamard under 4-over-6
+#          e     fp8, nvfp4, k8v4 calibrated (--kv-scales, no rotation)
+#          f     nvfp4+hadamard, k8v4+hadamard calibrated with the rotation
 #        round 3, if time is left: ppl_long (all g = 1 configurations and fp8+hadamard, 3 documents of LONG_CONTEXT
 #          [16000] tokens); then more retrieval seeds (2..5) while time is left
 #   5. $OUT: study.tar.gz (every report but the per-token arrays, the scale files, recipe.json, the
@@ -37,9 +42,12 @@
 #   STUDY_SECONDS  seconds after STUDY_T0 by which every eval has ended and the packing starts [560]
 #   PPL_CONTEXT, PPL_CHUNK, PPL_DOCS_MAX, PPL_SECONDS  round 1 [4096, 256, 12, 40 s per invocation]
 #   RET_LENGTHS, RET_DEPTHS, RET_CHUNK  round 2 [1024,2048,4096,8192,16000  0,0.25,0.5,0.75,1  1024]
+#   PPL_GROUPS     round 1's invocation groups ["g1a g1b g1c cal cpu"]
 #   RET_TASKS, RET_SEEDS, RET_MORE_SEEDS  round 2's tasks in order and seeds before / after round 3
 #                  ["pk mn", "0 1", "2 3 4 5"; an empty RET_MORE_SEEDS runs none]
+#   RET_GROUPS_PK, RET_GROUPS_MN  round 2's invocation groups per task (above)
 #   STUDY_ROUNDS   the rounds to run ["1 2 3"]; "2" = retrieval only (no calibration, no round 1 or 3)
+#   CAL_CONTEXT    nibble calibrate's context [2048]
 #   CPU_EVAL       options of the CPU evals ["--context 512 --docs 3 --chunk 64 --threads 6"]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -96,12 +104,18 @@ ROUNDS=" ${STUDY_ROUNDS:-1 2 3} "
 round() { [[ "$ROUNDS" == *" $1 "* ]]; }
 
 # ---- 3. calibration ----------------------------------------------------------------------------
-round 1 && for rot in none hadamard; do
-  timeout 40 "$NIBBLE" calibrate --model "$MODEL" --corpus "$CORPUS" --context 2048 --docs 8 --chunk 256 --rotate "$rot" \
+# round 1's calibrated group and round 2's groups e / f need the scale files
+PPL_GROUPS=" ${PPL_GROUPS:-g1a g1b g1c cal cpu} "
+RET_GROUPS_PK=" ${RET_GROUPS_PK:-a b c ${RET_4OVER6:+d}} "
+RET_GROUPS_MN=" ${RET_GROUPS_MN:-a b c ${RET_4OVER6:+d}} "
+ppl_group() { round 1 && [[ "$PPL_GROUPS" == *" $1 "* ]]; }
+needs_scales() { ppl_group cal || { round 2 && [[ "$RET_GROUPS_PK$RET_GROUPS_MN" == *[ef]* ]]; }; }
+needs_scales && for rot in none hadamard; do
+  timeout 40 "$NIBBLE" calibrate --model "$MODEL" --corpus "$CORPUS" --context "${CAL_CONTEXT:-2048}" --docs 8 --chunk 256 --rotate "$rot" \
     --device "${EVAL_DEVICE:-cuda}" --weights f32 --out "$WORK/kv_scales_$rot.json" > "$WORK/calibrate_$rot.log" 2>&1 &
 done
 wait
-round 1 && log "calibrated: $(cd "$WORK" && echo kv_scales_*.json)"
+needs_scales && log "calibrated: $(cd "$WORK" && echo kv_scales_*.json)"
 
 # ---- 4. the evals ------------------------------------------------------------------------------
 # An invocation writes its report only when it completes: each is small and bounded by a timeout.
@@ -121,6 +135,9 @@ secs() { cat "$WORK/$1.seconds" 2> /dev/null || echo 999; }
 G1A="bf16,fp8,nvfp4"
 G1B="nvfp4+hadamard,k8v4,k8v4+hadamard"
 G1C="fp8,fp8+hadamard,k8v4+hadamard"
+G4O6="nvfp4,nvfp4+hadamard,k8v4+hadamard"  # under --nvfp4-scale-rule 4over6
+GCAL="fp8,nvfp4,k8v4"                      # with kv_scales_none.json
+GCALHAD="nvfp4+hadamard,k8v4+hadamard"     # with kv_scales_hadamard.json
 GPU="--weights f32"
 DEV="${EVAL_DEVICE:-cuda}"  # cpu: a local check of the flow on a machine without a GPU
 PPL_CONTEXT="${PPL_CONTEXT:-4096}"
@@ -143,23 +160,30 @@ RET="--passkey-lengths ${RET_LENGTHS:-1024,2048,4096,8192,16000} --passkey-depth
     PPL="--tasks perplexity --context $PPL_CONTEXT --docs $DOCS --chunk $PPL_CHUNK $GPU"
     log "round 1 (perplexity): $DOCS documents of $PPL_CONTEXT tokens (probe: $(secs ppl_probe) s for 2 x 2 sessions), limit $limit s per invocation"
     cpu_limit=$(( $(left) - 10 )); (( cpu_limit > 170 )) && cpu_limit=170
-    run_eval cpu6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 6 --tasks perplexity $CPU_EVAL &
-    CPU6=$!
-    run_eval cpu4o6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 4over6 --tasks perplexity $CPU_EVAL &
-    CPU4O6=$!
-    run_eval ppl_g1a "$limit" "$DEV" --configs "$G1A" $PPL & a=$!
-    run_eval ppl_g1b "$limit" "$DEV" --configs "$G1B" $PPL & b=$!
-    run_eval ppl_g1c "$limit" "$DEV" --configs "$G1C" $PPL & c=$!
-    wait $a $b $c
+    if ppl_group cpu; then
+      run_eval cpu6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 6 --tasks perplexity $CPU_EVAL &
+      CPU6=$!
+      run_eval cpu4o6 "$cpu_limit" cpu --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 4over6 --tasks perplexity $CPU_EVAL &
+      CPU4O6=$!
+    fi
+    pids=()
+    ppl_group g1a && { run_eval ppl_g1a "$limit" "$DEV" --configs "$G1A" $PPL & pids+=($!); }
+    ppl_group g1b && { run_eval ppl_g1b "$limit" "$DEV" --configs "$G1B" $PPL & pids+=($!); }
+    ppl_group g1c && { run_eval ppl_g1c "$limit" "$DEV" --configs "$G1C" $PPL & pids+=($!); }
+    ppl_group 4o6 && { run_eval ppl_4o6 "$limit" "$DEV" --configs "$G4O6" --nvfp4-scale-rule 4over6 $PPL & pids+=($!); }
+    wait "${pids[@]}"
     pack "round 1a"
     pair=$(( $(secs ppl_g1a) > $(secs ppl_g1b) ? $(secs ppl_g1a) : $(secs ppl_g1b) ))
-    if (( $(left) > pair * 3 / 2 + 10 )); then
+    if ! ppl_group cal; then
+      :
+    elif (( $(left) > pair * 3 / 2 + 10 )); then
       (( limit > $(left) - 10 )) && limit=$(( $(left) - 10 ))
+      pids=()
       [[ -f "$WORK/kv_scales_none.json" ]] &&
-        { run_eval ppl_cal "$limit" "$DEV" --configs fp8,nvfp4,k8v4 --kv-scales "$WORK/kv_scales_none.json" $PPL & a=$!; }
+        { run_eval ppl_cal "$limit" "$DEV" --configs "$GCAL" --kv-scales "$WORK/kv_scales_none.json" $PPL & pids+=($!); }
       [[ -f "$WORK/kv_scales_hadamard.json" ]] &&
-        { run_eval ppl_calhad "$limit" "$DEV" --configs nvfp4+hadamard,k8v4+hadamard --kv-scales "$WORK/kv_scales_hadamard.json" $PPL & b=$!; }
-      wait $a $b
+        { run_eval ppl_calhad "$limit" "$DEV" --configs "$GCALHAD" --kv-scales "$WORK/kv_scales_hadamard.json" $PPL & pids+=($!); }
+      wait "${pids[@]}"
     else
       log "no time left for the calibrated runs"
     fi
@@ -179,15 +203,22 @@ RET="--passkey-lengths ${RET_LENGTHS:-1024,2048,4096,8192,16000} --passkey-depth
         name=passkey; [[ $task == mn ]] && name=multineedle
         log "round 2: $name seed $seed (limit $lim s, estimate $est s)"
         t=$(date +%s)
-        run_eval ${task}_a_$seed "$lim" "$DEV" --configs "$G1A" --tasks $name --seed $seed $RET $GPU & a=$!
-        run_eval ${task}_b_$seed "$lim" "$DEV" --configs "$G1B" --tasks $name --seed $seed $RET $GPU & b=$!
-        run_eval ${task}_c_$seed "$lim" "$DEV" --configs fp8+hadamard --tasks $name --seed $seed $RET $GPU & c=$!
-        d=""
-        if [[ -n "${RET_4OVER6:-}" ]]; then  # needs the CUDA write path's 4-over-6 rule
-          run_eval ${task}_d_$seed "$lim" "$DEV" --configs nvfp4,nvfp4+hadamard,k8v4+hadamard --nvfp4-scale-rule 4over6 \
-            --tasks $name --seed $seed $RET $GPU & d=$!
-        fi
-        wait $a $b $c $d
+        groups="$RET_GROUPS_PK"; [[ $task == mn ]] && groups="$RET_GROUPS_MN"
+        local pids=() g args
+        for g in $groups; do
+          case $g in
+            a) args=(--configs "$G1A") ;;
+            b) args=(--configs "$G1B") ;;
+            c) args=(--configs fp8+hadamard) ;;
+            d) args=(--configs "$G4O6" --nvfp4-scale-rule 4over6) ;;
+            e) args=(--configs "$GCAL" --kv-scales "$WORK/kv_scales_none.json") ;;
+            f) args=(--configs "$GCALHAD" --kv-scales "$WORK/kv_scales_hadamard.json") ;;
+            *) log "round 2: unknown group '$g'"; continue ;;
+          esac
+          [[ "${args[*]}" != *kv_scales_* || -f "${args[-1]}" ]] || { log "round 2: no ${args[-1]##*/}, group $g skipped"; continue; }
+          run_eval ${task}_${g}_$seed "$lim" "$DEV" "${args[@]}" --tasks $name --seed $seed $RET $GPU & pids+=($!)
+        done
+        wait "${pids[@]}"
         est=$(( $(date +%s) - t ))
         pack "round 2 $task seed $seed"
       done

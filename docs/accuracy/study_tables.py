@@ -68,7 +68,8 @@ def mcnemar(b, c):
 
 
 # ------------------------------------------------------------------------------------- perplexity
-PPL_RUNS = [("ppl_g1a", "1"), ("ppl_g1b", "1"), ("ppl_g1c", "1"), ("ppl_cal", "calibrated"), ("ppl_calhad", "calibrated"),
+PPL_RUNS = [("ppl_g1a", "1"), ("ppl_g1b", "1"), ("ppl_g1c", "1"), ("ppl_4o6", "1"), ("ppl_cal", "calibrated"),
+            ("ppl_calhad", "calibrated"),
             ("cpu6", "1"), ("cpu4o6", "1"), ("ppl_long", "1")]
 
 
@@ -145,12 +146,14 @@ def paired_table(root, pairs, title):
 
 # ------------------------------------------------------------------------------------- retrieval
 def retrieval_items(root, task):
-    """{config: {item key: pass}} pooled over every seed's a/b/c/d invocations of `task` (pk or mn).
-    The d invocations use the 4-over-6 nvfp4 rule: their quantized configurations are named
-    "<config> 4-over-6" (their f32 reference is the same deterministic run as everyone's)."""
+    """{config: {item key: pass}} pooled over every seed's a-f invocations of `task` (pk or mn).
+    Groups d (4-over-6 nvfp4 rule) and e / f (calibrated scales) name their quantized configurations
+    "<config> 4-over-6" / "<config> calibrated" (their f32 reference is the same deterministic run
+    as everyone's)."""
     fname = "passkey_items.jsonl" if task == "pk" else "multineedle_items.jsonl"
+    suffix = {"d": " 4-over-6", "e": " calibrated", "f": " calibrated"}
     out, runs = {}, []
-    for d in sorted(glob.glob(os.path.join(root, f"{task}_[abcd]_*"))):
+    for d in sorted(glob.glob(os.path.join(root, f"{task}_[abcdef]_*"))):
         f = os.path.join(d, fname)
         if not os.path.exists(f):
             continue
@@ -160,8 +163,9 @@ def retrieval_items(root, task):
             for line in fh:
                 x = json.loads(line)
                 key = (seed, x["length"], x["depth"], x["sample"])
-                if os.path.basename(d).startswith(f"{task}_d_") and x["config"] != "f32":
-                    x["config"] += " 4-over-6"
+                group = os.path.basename(d).split("_")[1]
+                if group in suffix and x["config"] != "f32":
+                    x["config"] += suffix[group]
                 prev = out.setdefault(x["config"], {}).get(key)
                 if prev is not None and prev != x["pass"]:
                     raise SystemExit(f"{x['config']} {key}: different outcomes in two invocations")
@@ -176,7 +180,8 @@ def retrieval_table(root, task, title):
     ref = items["f32"]
     lengths = sorted({k[1] for k in ref})
     order = ["f32", "bf16", "fp8", "fp8+hadamard", "nvfp4", "nvfp4+hadamard", "k8v4", "k8v4+hadamard",
-             "nvfp4 4-over-6", "nvfp4+hadamard 4-over-6", "k8v4+hadamard 4-over-6"]
+             "nvfp4 4-over-6", "nvfp4+hadamard 4-over-6", "k8v4+hadamard 4-over-6", "fp8 calibrated",
+             "nvfp4 calibrated", "nvfp4+hadamard calibrated", "k8v4 calibrated", "k8v4+hadamard calibrated"]
     lines = [f"\n{title}: invocations {', '.join(runs)}; items per configuration: see each row. Accuracy with a "
              f"95% Wilson interval; McNemar's exact test on the items the configuration shares with f32; MDD = "
              f"1.96·sqrt(b+c)/n.\n",
@@ -258,13 +263,14 @@ def svg_lines(title, xlabel, ylabel, xs, series, log_y=False, xticks=None, ymin=
         out.append(f'<text x="{X(x):.1f}" y="{H - B + 16}" text-anchor="middle">{label}</text>')
     for i, (name, ys) in enumerate(series):
         color = COLORS[i % len(COLORS)]
+        dash = ' stroke-dasharray="6,3"' if i >= len(COLORS) else ""  # colours repeat past the ninth series
         p = " ".join(f"{X(x):.1f},{Y(y):.1f}" for x, y in zip(xs, ys) if y is not None and (not log_y or y > 0))
-        out.append(f'<polyline points="{p}" fill="none" stroke="{color}" stroke-width="2"/>')
+        out.append(f'<polyline points="{p}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
         for x, y in zip(xs, ys):
             if y is not None and (not log_y or y > 0):
                 out.append(f'<circle cx="{X(x):.1f}" cy="{Y(y):.1f}" r="2.5" fill="{color}"/>')
         ly = T + 10 + 18 * i
-        out.append(f'<line x1="{W - R + 10}" y1="{ly}" x2="{W - R + 30}" y2="{ly}" stroke="{color}" stroke-width="2"/>')
+        out.append(f'<line x1="{W - R + 10}" y1="{ly}" x2="{W - R + 30}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/>')
         out.append(f'<text x="{W - R + 35}" y="{ly + 4}">{name}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
@@ -276,11 +282,13 @@ def kl_by_position_svg(root, runs, title):
         r = load(root, run)
         if not r or not r.get("perplexity"):
             continue
+        rule = " 4-over-6" if r["settings"]["nvfp4_scale_rule"] == "4over6" else ""
         for c in r["perplexity"]["configs"]:
             bp = c["by_position"]
             xs = [(b["begin"] + b["end"]) / 2 for b in bp]
-            if c["name"] not in dict(series):  # an anchor rerun in another invocation is the same series
-                series.append((c["name"], [b["mean_kl"] for b in bp]))
+            name = c["name"] + (rule if ("nvfp4" in c["name"] or "k8v4" in c["name"]) else "")
+            if name not in dict(series):  # an anchor rerun in another invocation is the same series
+                series.append((name, [b["mean_kl"] for b in bp]))
     if not series:
         return None
     return svg_lines(title, "context position", "mean KL(f32 || config), nats", xs, series, log_y=True,
@@ -293,7 +301,8 @@ def main():
     ap.add_argument("--svg-dir")
     ap.add_argument("--svg-prefix", default="eval57m")
     a = ap.parse_args()
-    print(ppl_table(a.root, ["ppl_g1a", "ppl_g1b", "ppl_g1c", "ppl_cal", "ppl_calhad"], "GPU, perplexity/KL/top-1 (round 1)"))
+    print(ppl_table(a.root, ["ppl_g1a", "ppl_g1b", "ppl_g1c", "ppl_4o6", "ppl_cal", "ppl_calhad"],
+                    "GPU, perplexity/KL/top-1 (round 1)"))
     print(paired_table(a.root, [  # the recommended default against its anchors, all three in ppl_g1c
         ("fp8+hadamard − fp8 (g = 1, one invocation)", ("ppl_g1c", "fp8"), ("ppl_g1c", "fp8+hadamard")),
         ("fp8+hadamard − k8v4+hadamard (g = 1, one invocation)", ("ppl_g1c", "k8v4+hadamard"), ("ppl_g1c", "fp8+hadamard")),
@@ -313,6 +322,11 @@ def main():
         ("nvfp4+hadamard: calibrated − g = 1", ("ppl_g1b", "nvfp4+hadamard"), ("ppl_calhad", "nvfp4+hadamard")),
         ("k8v4+hadamard: calibrated − g = 1", ("ppl_g1b", "k8v4+hadamard"), ("ppl_calhad", "k8v4+hadamard")),
     ], "Paired differences between configurations (per-document means, 95% bootstrap over documents, 2000 resamples):"))
+    print(paired_table(a.root, [
+        ("nvfp4: 4-over-6 − amax/6", ("ppl_g1a", "nvfp4"), ("ppl_4o6", "nvfp4")),
+        ("nvfp4+hadamard: 4-over-6 − amax/6", ("ppl_g1b", "nvfp4+hadamard"), ("ppl_4o6", "nvfp4+hadamard")),
+        ("k8v4+hadamard: 4-over-6 − amax/6", ("ppl_g1b", "k8v4+hadamard"), ("ppl_4o6", "k8v4+hadamard")),
+    ], "Paired differences, GPU, nvfp4 block-scale rule (ppl_4o6 against ppl_g1a / ppl_g1b):"))
     print(ppl_table(a.root, ["cpu6", "cpu4o6"], "CPU, nvfp4 block-scale rule amax/6 vs 4-over-6"))
     print(paired_table(a.root, [
         ("nvfp4: 4-over-6 − amax/6", ("cpu6", "nvfp4"), ("cpu4o6", "nvfp4")),
@@ -326,7 +340,7 @@ def main():
         print(text)
     if a.svg_dir:
         os.makedirs(a.svg_dir, exist_ok=True)
-        for name, runs, title in ((f"{a.svg_prefix}_kl_by_position.svg", ["ppl_g1a", "ppl_g1b", "ppl_g1c"],
+        for name, runs, title in ((f"{a.svg_prefix}_kl_by_position.svg", ["ppl_g1a", "ppl_g1b", "ppl_g1c", "ppl_4o6"],
                                    "Mean KL by context position, eval model, H200, g = 1"),
                                   (f"{a.svg_prefix}_long_kl_by_position.svg", ["ppl_long"],
                                    "Mean KL by context position (long context), eval model, H200, g = 1")):
