@@ -5,11 +5,23 @@
 //
 //   bench_decode_attention [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,...]
 //                          [--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]
+//                          [--timing graph|eager|both] [--chunks C1,C2,...]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
 // skip the write path / the decode table; --nvfp4-rule picks the write path's nvfp4 block-scale rule
 // (4over6: a second candidate scale and both block errors per block, docs/kv_layout.md).
+//
+// Timing (--timing, default both): "graph" = CUDA-graph replays of N decode_attention calls
+// captured once (decode kernel + PDL reduce per call, N >= the page copies), time per call = graph
+// time / N: the GPU's time for the kernels, launch gaps inside a graph included, no host launch
+// cost — what the engine's decode steps see (they replay CUDA graphs). "eager" = N calls launched
+// from the host back to back: at short contexts the ~4 µs of host work per launch, not the GPU,
+// sets that time. Each line of the table names its timing.
+//
+// --chunks C1,C2,... also times every shape with the split plan forced to items of C tokens (graph
+// timing), and for nvfp4 at head_dim 128 both tensor-core step builds (16 and 32 tokens per warp
+// step): the data behind the split plan's short-context rules (decode_plan.h).
 //
 // Each timed call reads a different copy of the KV pages (copies rotate so the working set is
 // >= 4x L2), so the numbers are DRAM numbers, not L2 numbers. KV contents are a constant byte
@@ -38,6 +50,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -51,6 +64,7 @@
 #include "device_arena.h"
 #include "device_mem.h"
 #include "backend/cuda/decode_attention.h"
+#include "backend/cuda/decode_kernel_args.h"
 #include "backend/cuda/kv_write.h"
 #include "cache/page_layout.h"
 #include "quant/kv_format.h"
@@ -93,7 +107,8 @@ using nibble::bench::ArenaLayout;
 using nibble::bench::DeviceArena;
 using nibble::bench::DeviceMem;
 
-// Median seconds per call of fn(rep) over `samples` samples of `reps` calls each (after a warm-up).
+// Median seconds per call of fn(copy) over 11 samples of `reps` calls each (after a warm-up),
+// launched eagerly from the host on the default stream.
 template <typename Fn>
 double median_seconds(Fn&& fn, int copies) {
   cudaEvent_t start, stop;
@@ -122,6 +137,53 @@ double median_seconds(Fn&& fn, int copies) {
   std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
   return samples[samples.size() / 2];
 }
+
+// Median seconds per call of fn(copy, stream) replayed from a CUDA graph: after 3 eager warm-up
+// calls (first-launch attribute setup happens there, outside the capture), N calls (copy k % copies,
+// N >= copies and >= ~0.3 ms of work) are captured once into a graph on a private stream; each of
+// 11 samples times one replay and divides by N.
+template <typename Fn>
+double graph_median_seconds(Fn&& fn, int copies) {
+  cudaStream_t stream;
+  NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  NIBBLE_CUDA_CHECK(cudaEventCreate(&start));
+  NIBBLE_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) fn(i % copies, stream);
+  NIBBLE_CUDA_CHECK(cudaEventRecord(start, stream));
+  fn(0, stream);
+  NIBBLE_CUDA_CHECK(cudaEventRecord(stop, stream));
+  NIBBLE_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  NIBBLE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  const int calls = std::clamp(std::max(copies, static_cast<int>(std::ceil(0.3 / std::max(ms, 1e-4f)))), 1, 256);
+  cudaGraph_t graph;
+  NIBBLE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int k = 0; k < calls; ++k) fn(k % copies, stream);
+  NIBBLE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  NIBBLE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) NIBBLE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  std::vector<double> samples;
+  for (int s = 0; s < 11; ++s) {
+    NIBBLE_CUDA_CHECK(cudaEventRecord(start, stream));
+    NIBBLE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    NIBBLE_CUDA_CHECK(cudaEventRecord(stop, stream));
+    NIBBLE_CUDA_CHECK(cudaEventSynchronize(stop));
+    NIBBLE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    samples.push_back(ms * 1e-3 / calls);
+  }
+  NIBBLE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  NIBBLE_CUDA_CHECK(cudaGraphDestroy(graph));
+  NIBBLE_CUDA_CHECK(cudaEventDestroy(start));
+  NIBBLE_CUDA_CHECK(cudaEventDestroy(stop));
+  NIBBLE_CUDA_CHECK(cudaStreamDestroy(stream));
+  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+  return samples[samples.size() / 2];
+}
+
+enum class Timing { kGraph, kEager };
+const char* timing_name(Timing t) { return t == Timing::kGraph ? "graph" : "eager"; }
 
 struct Shape {
   int group;
@@ -177,8 +239,10 @@ struct DecodeCase {
 };
 
 // The case of (dtype, shape), or nullopt if one copy of its pages does not fit in 60% of the
-// memory free at start (the same rule as when each case allocated its own pool).
-std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, const Shape& shape) {
+// memory free at start (the same rule as when each case allocated its own pool). force_chunk > 0:
+// the split plan uses items of that many tokens (DecodePlanInputs::force_chunk_tokens).
+std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, const Shape& shape,
+                                           int64_t force_chunk = 0) {
   DecodeCase c{.layout = cache::PageLayout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype,
                                            kPageSize)};
   c.pages_per_seq = (shape.ctx + kPageSize - 1) / kPageSize;
@@ -194,12 +258,15 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
   c.plan = cuda::plan_decode_splits(
       {.seq_lens = lens, .num_kv_heads = kKvHeads, .group_chunks = cuda::decode_group_chunks(c.num_q_heads, kKvHeads),
        .num_sms = dev.sms,
-       .blocks_per_sm = cuda::decode_blocks_per_sm(c.layout.k(0).format, c.layout.v(0).format, kHeadDim)});
+       .blocks_per_sm = cuda::decode_blocks_per_sm(c.layout.k(0).format, c.layout.v(0).format, kHeadDim),
+       .force_chunk_tokens = force_chunk});
   return c;
 }
 
-// Decode attention of one case, all buffers carved from `arena`.
-DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t ctx, int64_t batch) {
+// Decode attention of one case, all buffers carved from `arena`. tc_steps > 0 overrides the
+// tensor-core kernel's chunks per warp step (DecodeLaunch::tc_steps; only nvfp4 d128 has both).
+DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t ctx, int64_t batch, Timing timing,
+                          int tc_steps = 0) {
   const std::vector<int64_t> bytes = c.region_bytes(batch);
   uint8_t* pool = arena.at<uint8_t>(kPool, bytes[kPool]);
   int32_t* d_tables = arena.at<int32_t>(kTables, bytes[kTables]);
@@ -225,12 +292,20 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
                                      .max_pages_per_seq = c.pages_per_seq, .page_bytes = c.layout.page_bytes(),
                                      .k_layout = c.layout.k(0), .v_layout = c.layout.v(0),
                                      .softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim))};
-  const double seconds = median_seconds(
-      [&](int copy) {
-        params.page_tables = d_tables + copy * batch * c.pages_per_seq;
-        cuda::decode_attention(params, nullptr);
-      },
-      c.copies);
+  auto call = [&](int copy, cudaStream_t stream) {
+    params.page_tables = d_tables + copy * batch * c.pages_per_seq;
+    if (tc_steps == 0) {
+      cuda::decode_attention(params, stream);
+      return;
+    }
+    cuda::detail::DecodeLaunch launch = cuda::detail::prepare_decode_launch(params);
+    launch.tc_steps = tc_steps;
+    cuda::detail::launch_decode_kernel(launch, stream);
+    if (launch.split) cuda::detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, true, stream);
+  };
+  const double seconds = timing == Timing::kGraph
+                             ? graph_median_seconds(call, c.copies)
+                             : median_seconds([&](int copy) { call(copy, nullptr); }, c.copies);
   return {seconds, c.io_bytes(ctx, batch) / seconds * 1e-9};
 }
 
@@ -347,6 +422,8 @@ int main(int argc, char** argv) {
   bool quick = false, run_decode = true, run_write = true, both_orders = true;
   quant::Nvfp4ScaleRule write_rule = quant::Nvfp4ScaleRule::kAmaxOver6;
   std::string json_path, shapes_arg, formats_arg;
+  std::vector<Timing> timings = {Timing::kGraph, Timing::kEager};
+  std::vector<int64_t> chunks;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
@@ -363,6 +440,29 @@ int main(int argc, char** argv) {
       run_decode = false;
     } else if (arg == "--one-order") {
       both_orders = false;
+    } else if (arg == "--timing" && i + 1 < argc) {
+      const std::string t = argv[++i];
+      if (t != "graph" && t != "eager" && t != "both") {
+        fmt::print(stderr, "--timing: '{}' is not graph, eager or both\n", t);
+        return 2;
+      }
+      timings = t == "both" ? std::vector<Timing>{Timing::kGraph, Timing::kEager}
+                            : std::vector<Timing>{t == "graph" ? Timing::kGraph : Timing::kEager};
+    } else if (arg == "--chunks" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      size_t at = 0;
+      while (at <= text.size()) {
+        const size_t end = std::min(text.find(',', at), text.size());
+        const std::string item = text.substr(at, end - at);
+        char* tail = nullptr;
+        const long v = std::strtol(item.c_str(), &tail, 10);
+        if (item.empty() || *tail != 0 || v <= 0 || v % cuda::kDecodeSplitGranule != 0) {
+          fmt::print(stderr, "--chunks: '{}' is not a positive multiple of {}\n", item, cuda::kDecodeSplitGranule);
+          return 2;
+        }
+        chunks.push_back(v);
+        at = end + 1;
+      }
     } else if (arg == "--nvfp4-rule" && i + 1 < argc) {
       const std::string rule = argv[++i];
       if (rule != "6" && rule != "4over6") {
@@ -373,7 +473,8 @@ int main(int argc, char** argv) {
     } else {
       fmt::print(stderr,
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
-                 "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]\nunknown argument '{}'\n",
+                 "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
+                 "[--chunks C1,C2,...]\nunknown argument '{}'\n",
                  argv[0], arg);
       return 2;
     }
@@ -422,9 +523,13 @@ int main(int argc, char** argv) {
     // One arena for every case of the run, sized before the first one is timed.
     ArenaLayout arena_layout(kNumRegions);
     for (const Shape& shape : shapes)
-      for (KvDtype d : dtypes)
+      for (KvDtype d : dtypes) {
         if (const std::optional<DecodeCase> c = make_decode_case(dev, d, shape))
           arena_layout.require(c->region_bytes(shape.batch));
+        for (int64_t chunk : chunks)
+          if (const std::optional<DecodeCase> c = make_decode_case(dev, d, shape, chunk))
+            arena_layout.require(c->region_bytes(shape.batch));
+      }
     for (const WriteShape& w : write_shapes)
       for (KvDtype d : dtypes) arena_layout.require(write_region_bytes(d, w.tokens));
     const DeviceArena arena(arena_layout);
@@ -438,8 +543,12 @@ int main(int argc, char** argv) {
                     : "time = median of one pass per shape, formats in the given order (--one-order)";
     fmt::print("{}\n", timing);
     fmt::print("decode attention, head_dim {}, page {}, {} KV heads, q f32, output f32; GB/s counts KV bytes "
-               "(incl. scales) + q + output; %BW = of the read bandwidth above\n\n",
+               "(incl. scales) + q + output; %BW = of the read bandwidth above\n",
                kHeadDim, kPageSize, kKvHeads);
+    fmt::print("timing column: graph = CUDA-graph replay of N captured calls, per call (GPU time of decode kernel + "
+               "reduce, no host launch cost; what the engine's graph-replayed decode steps see); eager = calls "
+               "launched from the host back to back (includes host launch cost where it exceeds GPU time); "
+               "cN = graph timing with the split plan forced to N-token items\n\n");
 
     nlohmann::json report;
     report["device"] = dev.name;
@@ -448,48 +557,73 @@ int main(int argc, char** argv) {
     report["arena_bytes"] = arena.bytes();
     report["orders"] = both_orders ? 2 : 1;
     report["timing"] = timing;
+    report["timing_modes"] = "graph: CUDA-graph replay, per call; eager: host launches back to back";
 
-    std::string header = fmt::format("{:>4} {:>7} {:>6} |", "gqa", "ctx", "batch");
+    std::string header = fmt::format("{:>4} {:>7} {:>6} {:>6} |", "gqa", "ctx", "batch", "timing");
     for (KvDtype d : dtypes) header += fmt::format(" {:>22} |", fmt::format("{} us GB/s %BW", quant::kv_dtype_name(d)));
     header += " nvfp4/fp8 fp8/bf16 order spread";
     if (run_decode) fmt::print("{}\n", header);
     for (const Shape& shape : shapes) {
       const int group = shape.group;
       const int64_t ctx = shape.ctx, batch = shape.batch;
-      std::map<KvDtype, std::optional<DecodeCase>> cases;
-      for (KvDtype d : dtypes) cases[d] = make_decode_case(dev, d, shape);
-      const auto times = time_both_orders(dtypes, both_orders, [&](KvDtype d) {
-        return cases[d] ? bench_decode(arena, *cases[d], ctx, batch).seconds : 0.0;
-      });
-      const double spread = order_spread(times);
-      std::map<KvDtype, DecodeResult> results;
-      std::string line = fmt::format("{:>4} {:>7} {:>6} |", group, ctx, batch);
-      for (KvDtype d : dtypes) {
-        const auto [fwd, rev] = times.at(d);
-        DecodeResult r;
-        if (fwd > 0 && rev > 0) {
-          r.seconds = std::min(fwd, rev);
-          r.gbps = cases[d]->io_bytes(ctx, batch) / r.seconds * 1e-9;
-        }
-        results[d] = r;
-        line += r.seconds > 0 ? fmt::format(" {:>8.1f} {:>6.0f} {:>5.1f}% |", r.seconds * 1e6, r.gbps,
-                                            100.0 * r.gbps / read_gbps)
-                              : fmt::format(" {:>22} |", "(does not fit)");
-        if (r.seconds > 0) {
-          report["decode"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"group", group}, {"ctx", ctx},
-                                      {"batch", batch}, {"seconds", r.seconds}, {"gbps", r.gbps},
-                                      {"fraction_of_read_bw", r.gbps / read_gbps}, {"seconds_forward", fwd},
-                                      {"seconds_reverse", rev}, {"order_spread", spread}});
-        }
-      }
-      auto ratio = [&](KvDtype a, KvDtype b) {
-        return results[a].seconds > 0 && results[b].seconds > 0 ? results[a].seconds / results[b].seconds : NAN;
+      // One row per timing mode, then (--chunks) one per forced item size, graph timing.
+      struct Row {
+        Timing timing;
+        int64_t chunk;  // 0 = the plan's own choice
       };
-      line += fmt::format(" {:>9.3f} {:>8.3f} {:>12}", ratio(KvDtype::kNVFP4, KvDtype::kFP8),
-                          ratio(KvDtype::kFP8, KvDtype::kBF16),
-                          both_orders ? fmt::format("{:.1f}%", 100.0 * spread) : std::string("-"));
-      fmt::print("{}\n", line);
-      std::fflush(stdout);
+      std::vector<Row> rows;
+      for (Timing t : timings) rows.push_back({t, 0});
+      for (int64_t chunk : chunks) rows.push_back({Timing::kGraph, chunk});
+      for (const Row& row : rows) {
+        std::map<KvDtype, std::optional<DecodeCase>> cases;
+        for (KvDtype d : dtypes) cases[d] = make_decode_case(dev, d, shape, row.chunk);
+        const auto times = time_both_orders(dtypes, both_orders, [&](KvDtype d) {
+          return cases[d] ? bench_decode(arena, *cases[d], ctx, batch, row.timing).seconds : 0.0;
+        });
+        const double spread = order_spread(times);
+        std::map<KvDtype, DecodeResult> results;
+        const std::string label = row.chunk > 0 ? fmt::format("c{}", row.chunk) : timing_name(row.timing);
+        std::string line = fmt::format("{:>4} {:>7} {:>6} {:>6} |", group, ctx, batch, label);
+        for (KvDtype d : dtypes) {
+          const auto [fwd, rev] = times.at(d);
+          DecodeResult r;
+          if (fwd > 0 && rev > 0) {
+            r.seconds = std::min(fwd, rev);
+            r.gbps = cases[d]->io_bytes(ctx, batch) / r.seconds * 1e-9;
+          }
+          results[d] = r;
+          line += r.seconds > 0 ? fmt::format(" {:>8.1f} {:>6.0f} {:>5.1f}% |", r.seconds * 1e6, r.gbps,
+                                              100.0 * r.gbps / read_gbps)
+                                : fmt::format(" {:>22} |", "(does not fit)");
+          if (r.seconds > 0) {
+            report["decode"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"group", group}, {"ctx", ctx},
+                                        {"batch", batch}, {"timing", timing_name(row.timing)},
+                                        {"chunk_tokens", cases[d]->plan.chunk_tokens}, {"forced_chunk", row.chunk > 0},
+                                        {"seconds", r.seconds}, {"gbps", r.gbps},
+                                        {"fraction_of_read_bw", r.gbps / read_gbps}, {"seconds_forward", fwd},
+                                        {"seconds_reverse", rev}, {"order_spread", spread}});
+          }
+        }
+        auto ratio = [&](KvDtype a, KvDtype b) {
+          return results[a].seconds > 0 && results[b].seconds > 0 ? results[a].seconds / results[b].seconds : NAN;
+        };
+        line += fmt::format(" {:>9.3f} {:>8.3f} {:>12}", ratio(KvDtype::kNVFP4, KvDtype::kFP8),
+                            ratio(KvDtype::kFP8, KvDtype::kBF16),
+                            both_orders ? fmt::format("{:.1f}%", 100.0 * spread) : std::string("-"));
+        // nvfp4 at head_dim 128 has two step builds: time both on this row's plan (graph timing).
+        if (row.timing == Timing::kGraph && cases.count(KvDtype::kNVFP4) && cases[KvDtype::kNVFP4]) {
+          const DecodeCase& c = *cases[KvDtype::kNVFP4];
+          const double s1 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 1).seconds;
+          const double s2 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 2).seconds;
+          line += fmt::format(" | nvfp4 item {} tok: 16-tok steps {:.1f} us, 32-tok steps {:.1f} us", c.plan.chunk_tokens,
+                              s1 * 1e6, s2 * 1e6);
+          report["nvfp4_steps"].push_back({{"group", group}, {"ctx", ctx}, {"batch", batch},
+                                           {"chunk_tokens", c.plan.chunk_tokens}, {"steps1_seconds", s1},
+                                           {"steps2_seconds", s2}});
+        }
+        fmt::print("{}\n", line);
+        std::fflush(stdout);
+      }
     }
 
     if (run_write) {

@@ -144,6 +144,7 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   launch.grid_tc = dim3(static_cast<unsigned>(plan.num_work * kv_heads * group_chunks));
   launch.num_seqs = plan.num_seqs;
   launch.split = plan.max_splits > 1;
+  launch.tc_steps = detail::decode_tc_steps(kf, vf, static_cast<int>(head_dim), plan.chunk_tokens);
   const bool supported = (kf == vf && (kf == ElemFormat::kF32 || kf == ElemFormat::kBF16 || kf == ElemFormat::kFP8 ||
                                        kf == ElemFormat::kNVFP4)) ||
                          (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4);
@@ -158,13 +159,13 @@ void launch_decode_kernel(const DecodeLaunch& l, cudaStream_t stream) {
   if (kf == ElemFormat::kF32 && vf == ElemFormat::kF32) {
     launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(l.args, l.head_dim, l.max_group, l.grid, stream);
   } else if (kf == ElemFormat::kBF16 && vf == ElemFormat::kBF16) {
-    launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l.args, l.head_dim, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l.args, l.head_dim, l.tc_steps, l.grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kFP8) {
-    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l.args, l.head_dim, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l.args, l.head_dim, l.tc_steps, l.grid_tc, stream);
   } else if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
-    launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l.args, l.head_dim, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4) {
-    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l.args, l.head_dim, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.grid_tc, stream);
   } else {
     NIBBLE_FAIL("decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",
                 quant::elem_format_name(kf), quant::elem_format_name(vf));

@@ -54,6 +54,10 @@ int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_hea
 
 // Validates (nibble::Error naming expected vs actual) and launches the decode kernel, then the
 // reduce kernel when the plan splits a sequence. No allocation, no host synchronization.
+// Both kernels are launched with programmatic dependent launch (PDL): they read the plan and the
+// page tables before waiting for the previous kernel of the stream, so those two must not be
+// written by a kernel launched just before (the step's host upload writes them); q and the pool
+// are read only after the wait.
 void decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
 
 // Thread blocks per SM the split plan may fill for this format pair and head_dim: 2 where V is bf16

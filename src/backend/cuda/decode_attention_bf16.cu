@@ -3,7 +3,7 @@
 
 namespace nibble::cuda::detail {
 
-template void launch_decode_attention_tc<quant::ElemFormat::kBF16, quant::ElemFormat::kBF16>(const DecodeKernelArgs&, int,
+template void launch_decode_attention_tc<quant::ElemFormat::kBF16, quant::ElemFormat::kBF16>(const DecodeKernelArgs&, int, int,
                                                                                    dim3, cudaStream_t);
 
 }  // namespace nibble::cuda::detail

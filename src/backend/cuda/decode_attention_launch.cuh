@@ -44,24 +44,53 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
   }
 }
 
-template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
-void launch_decode_tc_shape(const DecodeKernelArgs& args, dim3 grid, cudaStream_t stream) {
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps>
+void launch_decode_tc_steps(const DecodeKernelArgs& args, dim3 grid, cudaStream_t stream) {
   using T = TcTraits<KF, VF, kHeadDim>;
-  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, tc_steps(KF, VF, kHeadDim)>;
+  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps>;
   static std::once_flag smem_raised;  // one per instantiation
   std::call_once(smem_raised, [&] {
     NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
   });
-  kernel<<<grid, kTcThreads, T::kSmemBytes, stream>>>(args);
-  NIBBLE_CUDA_CHECK_LAUNCH();
+  // Programmatic dependent launch: the blocks may be scheduled while the previous kernel of the
+  // stream drains; they read the plan and page tables, then wait (griddepcontrol.wait) for that
+  // kernel's results before reading q or the pages.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kTcThreads);
+  config.dynamicSmemBytes = T::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+}
+
+// steps: 1, or 2 where tc_steps(KF, VF, kHeadDim) is 2 (only then is the 32-token-step build made).
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
+void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, dim3 grid, cudaStream_t stream) {
+  constexpr int kMaxSteps = tc_steps(KF, VF, kHeadDim);
+  if (steps < 1 || steps > kMaxSteps) {
+    throw_unsupported("decode attention", "chunks per warp step", kMaxSteps == 2 ? "1, 2" : "1", steps);
+  }
+  if constexpr (kMaxSteps == 2) {
+    if (steps == 2) {
+      launch_decode_tc_steps<KF, VF, kHeadDim, 2>(args, grid, stream);
+      return;
+    }
+  }
+  launch_decode_tc_steps<KF, VF, kHeadDim, 1>(args, grid, stream);
 }
 
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, dim3 grid, cudaStream_t stream) {
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, dim3 grid,
+                                cudaStream_t stream) {
   switch (head_dim) {
-    case 64: launch_decode_tc_shape<KF, VF, 64>(args, grid, stream); break;
-    case 128: launch_decode_tc_shape<KF, VF, 128>(args, grid, stream); break;
-    case 256: launch_decode_tc_shape<KF, VF, 256>(args, grid, stream); break;
+    case 64: launch_decode_tc_shape<KF, VF, 64>(args, steps, grid, stream); break;
+    case 128: launch_decode_tc_shape<KF, VF, 128>(args, steps, grid, stream); break;
+    case 256: launch_decode_tc_shape<KF, VF, 256>(args, steps, grid, stream); break;
     default: throw_unsupported("decode attention", "head_dim", "64, 128, 256", head_dim);
   }
 }

@@ -23,9 +23,15 @@
 //       one dim are built with byte permutes, then converted as for K.
 // Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is f32 accumulation.
 //
-// Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments),
-// m/l [4 warps][8] f32 each, then work: the stages [4 warps][stages][stage] — aliased by q staging
-// [8][head_dim] f32 in the prologue and by the reduction [4 warps][8][head_dim] f32 in the epilogue.
+// Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments; aliased
+// by the q staging [8][head_dim] f32 in the prologue, the same 32·head_dim bytes), m/l [4 warps][8]
+// f32 each, then work: the stages [4 warps][stages][stage] — aliased by the reduction
+// [4 warps][8][head_dim] f32 in the epilogue. The stages never alias the q staging, so the first KV
+// chunks are copied while q is loaded and turned into fragments.
+//
+// Launch: programmatic dependent launch (decode_attention_launch.cuh). A block reads the plan and
+// its first page-table entry, then griddepcontrol.wait (the previous kernel's q / pages), then
+// issues q loads and its first copies; it triggers its dependents (the split merge) at its start.
 // A stage = K data [16][kKRow] | K scales [16][kKScaleRow] | V data [16][kVRow] | V scales [16][..];
 // data regions are XOR-swizzled in 16-byte pieces within 128-byte lines (k_swz / v_swz) so the
 // fragment reads are free of bank conflicts.
@@ -466,9 +472,15 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   uint4* qfrag = smem_u4;                                            // [kKSteps][32]
   float* m_w = reinterpret_cast<float*>(smem + T::kQFragBytes);      // [kTcWarps][8]
   float* l_w = m_w + kTcWarps * 8;                                   // [kTcWarps][8]
-  uint8_t* work = smem + T::kQFragBytes + 2 * kTcWarps * 8 * 4;      // stages | q staging | reduction
-  float* q_s = reinterpret_cast<float*>(work);                       // [8][D] prologue only
+  uint8_t* work = smem + T::kQFragBytes + 2 * kTcWarps * 8 * 4;      // stages | reduction
+  // q staging [8][D] f32 aliases qfrag (both 32·D bytes), not the stages: the first KV chunks are
+  // copied while q is loaded and turned into fragments (the two latency chains overlap).
+  float* q_s = reinterpret_cast<float*>(smem_u4);                    // [8][D] prologue only
+  static_assert(8 * kHeadDim * 4 == T::kQFragBytes, "q staging must fit the qfrag region exactly");
 
+  // The split merge (launched programmatically behind this kernel) may be scheduled now: it waits
+  // for this grid's completion before reading anything this grid writes. (No-op without one.)
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, c = lane % 4;
   // 1-D grid of num_work × (kv_heads · group_chunks) blocks: the head chunks of one item are
@@ -482,57 +494,11 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   const int seq = a.work_seq[item];
   const int begin = a.work_begin[item];
   const int end = a.work_end[item];
-  const int n_items = a.seq_work_offset[seq + 1] - a.seq_work_offset[seq];
   const int q_head0 = kv_head * a.group + chunk_of_group * kMaxGroupPerBlock;
   const int n_heads = min(kMaxGroupPerBlock, a.group - chunk_of_group * kMaxGroupPerBlock);
   const int32_t* page_table = a.page_tables + static_cast<int64_t>(seq) * a.max_pages_per_seq;
 
-  // ---- prologue: q -> f32 staging (rotated, scaled), then hi/lo A fragments ----------------------------
-  const float q_mult = a.q_multiplier * T::kKUnitMult;
-  for (int i = tid; i < 8 * D; i += kTcThreads) {
-    const int h = i / D, d = i % D;
-    float x = 0.0f;
-    if (h < n_heads) {
-      const int64_t at = (static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d;
-      x = a.q_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.q)[at]) : static_cast<const float*>(a.q)[at];
-    }
-    q_s[i] = x;
-  }
-  __syncthreads();
-  if (a.rotate) hadamard_rows_smem(q_s, 8, D);
-  float amax = 0.0f;
-  for (int i = tid; i < 8 * D; i += kTcThreads) {
-    const float x = q_s[i] * q_mult;
-    q_s[i] = x;
-    amax = fmaxf(amax, fabsf(x));
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
-  if (lane == 0) m_w[warp] = amax;
-  __syncthreads();
-  amax = fmaxf(fmaxf(m_w[0], m_w[1]), fmaxf(m_w[2], m_w[3]));
-  // f16 Q: scale by 2^e so that |q| < 2^14 (no overflow, low halves stay normal); bf16 needs none.
-  int e = 0;
-  if (!T::kQkBf16 && amax > 0.0f && isfinite(amax)) {
-    int x_exp;
-    frexpf(amax, &x_exp);
-    e = 14 - x_exp;
-  }
-  const float q_pow = ldexpf(1.0f, e), score_mult = ldexpf(1.0f, -e);
-  for (int ks = warp; ks < T::kKSteps; ks += kTcWarps) {
-    uint32_t r[4];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int reg = 2 * ks + half;
-      const float x0 = q_s[g * D + k_dim<KF, D>(c, reg, 0)] * q_pow;
-      const float x1 = q_s[g * D + k_dim<KF, D>(c, reg, 1)] * q_pow;
-      split_pair<T::kQkBf16>(x0, x1, r[2 * half], r[2 * half + 1]);  // rows g (hi) and g+8 (lo)
-    }
-    qfrag[ks * 32 + lane] = make_uint4(r[0], r[1], r[2], r[3]);
-  }
-  __syncthreads();  // qfrag ready; q staging is dead, the stages may be written
-
-  // ---- main loop: this warp's steps w, w+4, ... (kSteps chunks each) through its ring of stages ----------
+  // Main-loop geometry: this warp's steps w, w+4, ... (kSteps chunks each) through its ring of stages.
   constexpr int kStepTokens = kSteps * kTcChunk;
   const int n_steps = (end - begin + kStepTokens - 1) / kStepTokens;
   const int n_local_steps = n_steps > warp ? (n_steps - warp + kTcWarps - 1) / kTcWarps : 0;
@@ -553,6 +519,25 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   int cursor_pidx = cursor_tok / page_size;
   int cursor_slot = cursor_tok - cursor_pidx * page_size;
   int32_t cursor_page = cursor_tok < end ? page_table[cursor_pidx] : 0;
+  // Launched programmatically (PDL): everything above reads only the step's plan and page tables,
+  // which no kernel of the step writes; q and the KV pages are the previous kernels' outputs.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
+  // ---- q loads (registers), then the first KV copies, then q -> fragments -------------------------------
+  constexpr int kQPerThread = 8 * D / kTcThreads;  // q elements (of 8 heads × D) per thread
+  float q_reg[kQPerThread];
+#pragma unroll
+  for (int j = 0; j < kQPerThread; ++j) {
+    const int i = tid + j * kTcThreads;
+    const int h = i / D, d = i % D;
+    float x = 0.0f;
+    if (h < n_heads) {
+      const int64_t at = (static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d;
+      x = a.q_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.q)[at]) : static_cast<const float*>(a.q)[at];
+    }
+    q_reg[j] = x;
+  }
+
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   LeanCopyLane lean{};
   if constexpr (T::kLeanCopy) lean = lean_copy_lane<T>(lane, k_off, ks_off, v_off, vs_off);
@@ -584,12 +569,66 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);
   auto advance_after = [](int j) { return (j % kSteps) == kSteps - 1 ? kNextStep : kTcChunk; };
 
-  // Prologue: local chunks 0 .. kStages - kSteps - 1, one commit group each.
+  // Prologue copies: local chunks 0 .. kStages - kSteps - 1, one commit group each, issued before the
+  // q fragments are built (the stages do not alias the q staging).
 #pragma unroll
   for (int s = 0; s < T::kStages - kSteps; ++s) {
     if (s < n_local) issue(s, advance_after(s));
     cp_async_commit();
   }
+  const int n_items = a.seq_work_offset[seq + 1] - a.seq_work_offset[seq];  // epilogue only
+
+  // ---- q -> f32 staging (rotated, scaled), then hi/lo A fragments ---------------------------------------
+  const float q_mult = a.q_multiplier * T::kKUnitMult;
+#pragma unroll
+  for (int j = 0; j < kQPerThread; ++j) q_s[tid + j * kTcThreads] = q_reg[j];
+  __syncthreads();
+  if (a.rotate) hadamard_rows_smem(q_s, 8, D);
+  float amax = 0.0f;
+  for (int i = tid; i < 8 * D; i += kTcThreads) {
+    const float x = q_s[i] * q_mult;
+    q_s[i] = x;
+    amax = fmaxf(amax, fabsf(x));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+  if (lane == 0) m_w[warp] = amax;
+  __syncthreads();
+  amax = fmaxf(fmaxf(m_w[0], m_w[1]), fmaxf(m_w[2], m_w[3]));
+  // f16 Q: scale by 2^e so that |q| < 2^14 (no overflow, low halves stay normal); bf16 needs none.
+  int e = 0;
+  if (!T::kQkBf16 && amax > 0.0f && isfinite(amax)) {
+    int x_exp;
+    frexpf(amax, &x_exp);
+    e = 14 - x_exp;
+  }
+  const float q_pow = ldexpf(1.0f, e), score_mult = ldexpf(1.0f, -e);
+  // This warp's k-steps warp, warp + 4, ...: read every value first (the fragments overwrite the
+  // staging they alias), then write.
+  constexpr int kQkPerWarp = (T::kKSteps + kTcWarps - 1) / kTcWarps;
+  uint4 frag[kQkPerWarp];
+#pragma unroll
+  for (int k = 0; k < kQkPerWarp; ++k) {
+    const int ks = warp + k * kTcWarps;
+    if (ks < T::kKSteps) {
+      uint32_t r[4];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int reg = 2 * ks + half;
+        const float x0 = q_s[g * D + k_dim<KF, D>(c, reg, 0)] * q_pow;
+        const float x1 = q_s[g * D + k_dim<KF, D>(c, reg, 1)] * q_pow;
+        split_pair<T::kQkBf16>(x0, x1, r[2 * half], r[2 * half + 1]);  // rows g (hi) and g+8 (lo)
+      }
+      frag[k] = make_uint4(r[0], r[1], r[2], r[3]);
+    }
+  }
+  __syncthreads();  // every staging read done: the fragments may overwrite it
+#pragma unroll
+  for (int k = 0; k < kQkPerWarp; ++k) {
+    const int ks = warp + k * kTcWarps;
+    if (ks < T::kKSteps) qfrag[ks * 32 + lane] = frag[k];
+  }
+  __syncthreads();  // qfrag ready
 
   float o[kOT][4];
 #pragma unroll

@@ -82,15 +82,30 @@ constexpr int tc_steps(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim)
   return kf == quant::ElemFormat::kNVFP4 && vf == quant::ElemFormat::kNVFP4 && head_dim == 128 ? 2 : 1;
 }
 
+// Items of at most this many tokens run the 16-token-step build even where tc_steps is 2: with
+// 32-token steps a 64-token item keeps only 2 of the 4 warps busy. Measured on the H200 (graph
+// replays, nvfp4 d128, 1 x 1K, GQA 4 / 8): 64-token items 9.2 / 9.5 us with 16-token steps against
+// 9.8 / 10.1 with 32; at 128-token items the 32-token build is ahead (9.6 vs 9.9, 9.7 vs 10.1; 2K,
+// 4K and 8 x 1K alike), so the threshold is one granule.
+inline constexpr int kTcShortItemTokens = 64;
+
+// The step build a launch uses: tc_steps, or 1 when every item of the plan is short
+// (longest item = DecodeSplitPlan::chunk_tokens).
+constexpr int decode_tc_steps(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim, int item_tokens) {
+  return item_tokens <= kTcShortItemTokens ? 1 : tc_steps(kf, vf, head_dim);
+}
+
 // Launches decode_attention_kernel (CUDA cores, exact f32 arithmetic; used for the f32 cache) for one
 // format pair; head_dim (64/128/256) and the group tile (1/2/4/8) are dispatched inside.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max_group, dim3 grid, cudaStream_t stream);
 
-// Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside.
+// Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside,
+// steps = 16-token chunks per warp step (1, or 2 where tc_steps is 2; decode_tc_steps).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, dim3 grid, cudaStream_t stream);
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, dim3 grid,
+                                cudaStream_t stream);
 
 // The split-KV merge (decode_reduce.cu): grid (num_seqs, num_q_heads); returns at once for a
 // sequence of one work item. programmatic: launched with programmatic stream serialization (PDL),
@@ -111,6 +126,9 @@ struct DecodeLaunch {
   dim3 grid_tc;    // tensor-core kernel: num_work · kv_heads · group_chunks blocks
   int num_seqs;
   bool split;      // some sequence has > 1 work item: the reduce kernel must run
+  // 16-token chunks per warp step of the tensor-core kernel (decode_tc_steps: 1 or 2); a benchmark
+  // may override it before launch_decode_kernel to compare both builds on one plan.
+  int tc_steps;
 };
 
 // Throws nibble::Error naming the problem (decode_attention's checks).

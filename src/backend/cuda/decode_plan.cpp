@@ -87,6 +87,12 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
         2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
       min_granules = idle_granules;
       cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm);
+      // Issue-bound formats: one granule per item while half the SMs would still idle (1 × 1K: 16 items).
+      if (in.blocks_per_sm > base_blocks_per_sm && min_granules > 1 &&
+          2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
+        min_granules = 1;
+        cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm);
+      }
     }
     if (in.blocks_per_sm > base_blocks_per_sm) {
       const int64_t cg_full = chunk_for_slots(in, max_granules, min_granules, in.blocks_per_sm);

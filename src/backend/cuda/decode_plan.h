@@ -26,6 +26,10 @@ inline constexpr int32_t kDecodeSplitGranule = 64;  // tokens
 inline constexpr int64_t kDecodeMemoryBoundBlocksPerSm = 2;
 inline constexpr int64_t kDecodeLongItemTokens = 1024;  // items at least this long may fill every slot
 inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half the SMs would sit idle
+// Issue-bound formats (blocks_per_sm above kDecodeMemoryBoundBlocksPerSm: V in nvfp4) go one granule
+// further when 128-token items still leave half the SMs idle: 1 x 1K nvfp4 (GQA 4 / 8, graph
+// replays) 9.2 / 9.5 us with 16 items of 64 tokens against 9.6-9.9 / 9.7-10.1 with 8 of 128; bf16
+// was 0.2-0.3 us slower at 64 (9.6 / 9.7 vs 9.3 / 9.5), so memory-bound formats stay at 128.
 
 struct DecodePlanInputs {
   std::span<const int32_t> seq_lens;  // [num_seqs] tokens in the cache per sequence (>= 1), host

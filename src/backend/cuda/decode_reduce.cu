@@ -8,6 +8,7 @@ namespace {
 
 constexpr int kReduceWarps = 4;
 constexpr int kReduceThreads = 32 * kReduceWarps;
+constexpr int kBatch = 8;  // partial rows in flight per warp in pass 2
 
 // Merges a split sequence's partial outputs: out = g_v · Σ_i 2^(lse_i - m) o_i / Σ_i 2^(lse_i - m),
 // rotated back when the cache is rotated. grid (num_seqs, num_q_heads), block kReduceThreads.
@@ -15,24 +16,50 @@ constexpr int kReduceThreads = 32 * kReduceWarps;
 // Latency, not bandwidth, bounds it (a sequence's partials are a few KiB, in L2), so every load of
 // one pass is independent of the others: pass 1, each thread folds the log2-sum-exps of items
 // tid, tid + 128, ... into its own (max, sum) and the block combines them; pass 2, warp w adds the
-// rows of items w, w + 4, ... (lane l: float4 pieces l, l + 32, ... of the row), two rows in flight
-// per step; the warps' sums meet in shared memory. (The first version looped over the items in every
-// thread, two dependent L2 round trips per item: ~10 µs at 64 items.)
+// rows of items w, w + 4, ... (lane l: float4 pieces l, l + 32, ... of the row), kBatch rows in
+// flight per step, the first batch loaded before pass 1; the warps' sums meet in shared memory.
+// (The first version looped over the items in every thread, two dependent L2 round trips per item:
+// ~10 µs at 64 items; two rows in flight per warp still cost one round trip per 8 items.)
 //
 // Launched programmatically (PDL) behind the decode kernel: it may be resident before that kernel
-// ends and waits for its results (griddepcontrol.wait) before reading anything.
+// ends (the decode kernel triggers its dependents at its start) and waits for its results
+// (griddepcontrol.wait) before reading anything but the plan.
 // Shared memory: row [4 warps][head_dim] f32, then m/l [4 warps] f32 each.
 __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(DecodeKernelArgs a, int head_dim) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
   extern __shared__ float4 smem_f4[];
   float* rows = reinterpret_cast<float*>(smem_f4);  // [kReduceWarps][head_dim]
   float* m_w = rows + kReduceWarps * head_dim;       // [kReduceWarps]
   float* l_w = m_w + kReduceWarps;                   // [kReduceWarps]
   const int seq = blockIdx.x, head = blockIdx.y;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  // The plan is the step's (uploaded before it, written by no kernel): read before the wait.
   const int first = a.seq_work_offset[seq], last = a.seq_work_offset[seq + 1];
   if (last - first <= 1) return;  // written directly by the decode kernel (uniform per block)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int num_q_heads = a.num_q_heads;
+
+  // This warp's first batch of rows (items w, w + 4, ..., kBatch of them) and their lse are loaded
+  // before pass 1, so both passes wait on one round trip to L2 (<= 4 · kBatch items per sequence:
+  // every plan of up to 32 splits).
+  const int pieces = head_dim / 4;  // 16, 32 or 64 float4 per row
+  const float4* partial = reinterpret_cast<const float4*>(a.partial_out);
+  float lse_b[kBatch];
+  float4 row_b[kBatch][2];
+  auto load_batch = [&](int w0) {
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int w = w0 + u * kReduceWarps;
+      const bool valid = w < last;
+      lse_b[u] = valid ? a.partial_lse[static_cast<int64_t>(w) * num_q_heads + head] : -INFINITY;
+      const float4* row = partial + (static_cast<int64_t>(valid ? w : first) * num_q_heads + head) * pieces;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int p = lane + 32 * k;
+        row_b[u][k] = valid && p < pieces ? row[p] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  };
+  load_batch(first + warp);
 
   // Pass 1: m = max lse, l = Σ 2^(lse - m). Every item's lse is finite (its first token is valid).
   float m = -INFINITY, l = 0.0f;
@@ -63,28 +90,21 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(DecodeKer
   for (int w = 0; w < kReduceWarps; ++w) l += m_w[w] == -INFINITY ? 0.0f : l_w[w] * exp2f(m_w[w] - m);
 
   // Pass 2: this warp's items, weighted by 2^(lse - m); lane holds float4 pieces lane, lane + 32, ...
-  const int pieces = head_dim / 4;  // 16, 32 or 64
   float4 acc[2] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f), make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
-  const float4* partial = reinterpret_cast<const float4*>(a.partial_out);
-  auto add_row = [&](int w, float weight) {
-    const float4* row = partial + (static_cast<int64_t>(w) * num_q_heads + head) * pieces;
+  for (int w0 = first + warp;;) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int p = lane + 32 * k;
-      if (p < pieces) {
-        const float4 v = row[p];
+    for (int u = 0; u < kBatch; ++u) {
+      const float weight = lse_b[u] == -INFINITY ? 0.0f : exp2f(lse_b[u] - m);  // past the end: 0
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float4 v = row_b[u][k];
         acc[k].x += weight * v.x, acc[k].y += weight * v.y, acc[k].z += weight * v.z, acc[k].w += weight * v.w;
       }
     }
-  };
-  int w = first + warp;
-  for (; w + kReduceWarps < last; w += 2 * kReduceWarps) {
-    const float lse0 = a.partial_lse[static_cast<int64_t>(w) * num_q_heads + head];
-    const float lse1 = a.partial_lse[static_cast<int64_t>(w + kReduceWarps) * num_q_heads + head];
-    add_row(w, exp2f(lse0 - m));
-    add_row(w + kReduceWarps, exp2f(lse1 - m));
+    w0 += kBatch * kReduceWarps;
+    if (w0 >= last) break;
+    load_batch(w0);
   }
-  if (w < last) add_row(w, exp2f(a.partial_lse[static_cast<int64_t>(w) * num_q_heads + head] - m));
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const int p = lane + 32 * k;

@@ -282,6 +282,21 @@ TEST_P(CudaDecodeFormat, LongContext128K) {
                    .seq_lens = {131072}, .chunk_variants = {0}});
 }
 
+// nvfp4 at head_dim 128 has two tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
+// plans whose items are all <= kTcShortItemTokens = 64 run the 16-token one): items of 64 tokens take
+// the first, 128, 192 and 256 the second, over lengths that end mid-chunk, mid-step and on a page.
+TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (int group : {1, 4, 8}) {
+    for (const std::vector<int32_t>& lens :
+         {std::vector<int32_t>{1}, {17}, {40}, {128}, {1000}, {4097, 1, 100, 33, 7}}) {
+      run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = 128, .kv_heads = 2, .group = group, .page_size = 32,
+                       .seq_lens = lens, .chunk_variants = {64, 128, 192, 256}});
+      if (HasFailure()) return;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, CudaDecodeFormat,
                          testing::Values(KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4, KvDtype::kK8V4),
                          [](const testing::TestParamInfo<KvDtype>& info) {

@@ -55,6 +55,8 @@ TEST(DecodeSplitPlan, MatchesTheMeasuredChoices) {
   };
   const Case cases[] = {
       {1, 1024, 2, 128, 8},     // half the SMs would idle with 256-token items: the floor drops to 128
+      {1, 1024, 4, 64, 16},     // issue-bound (nvfp4): 8 items still leave half idle, one granule each
+      {1, 2048, 4, 128, 16},    // 128 blocks: no further drop
       {1, 4096, 2, 256, 16},    // 128 blocks; 32 items of 128 tokens were slower (14.8 vs 13.6 µs)
       {1, 16384, 2, 512, 32},   // 2 blocks per SM of 512 tokens
       {1, 16384, 4, 512, 32},   // 4 per SM would mean 256-token items: short, so 2 per SM
