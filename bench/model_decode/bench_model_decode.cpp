@@ -12,7 +12,8 @@
 //   timing     wall clock per step (plan, launches or graph replay, logits copy: the latency a
 //              caller sees), median over --steps steps after 3 warm-up steps (eager, capture, replay);
 //   modes      CUDA graph + GEMV (the default), eager, graph + cuBLAS, graph + GEMV without
-//              programmatic dependent launch (gemv.h);
+//              programmatic dependent launch (gemv.h), graph + GEMV with RoPE and the KV write as
+//              two plain launches (CudaBackend::set_small_op_fusion(false): the state before);
 //   products   each batch-1 product alone (single and fused, L2 flushed before each), the GEMV
 //              (gemv.h, the default) against cuBLAS, in GB/s and as a fraction of the read bandwidth;
 //   roofline   the device's read bandwidth measured in the same run (bench/common/read_bandwidth.h); the
@@ -24,8 +25,9 @@
 //              for the first KV format and context: µs per op, and GB/s for the products.
 //
 //   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
-//                      [--modes 0,1,2,3] [--no-products] [--no-breakdown]
-//   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL
+//                      [--modes 0,1,2,3,4] [--no-products] [--no-breakdown]
+//   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
+//          RoPE and KV write unfused
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -101,11 +103,11 @@ Args parse_args(int argc, char** argv) {
       a.modes.clear();
       for (const std::string& m : split(value())) {
         const int mode = std::stoi(m);
-        NIBBLE_CHECK(mode >= 0 && mode <= 3, "--modes: {} is not one of 0..3", m);
+        NIBBLE_CHECK(mode >= 0 && mode <= 4, "--modes: {} is not one of 0..4", m);
         a.modes.push_back(mode);
       }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3 "
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4 "
                   "--no-products --no-breakdown)",
                   arg);
     }
@@ -176,6 +178,7 @@ std::string breakdown_table(model::Transformer& tf, cache::KvPool& pool, const s
   cuda.set_graphs_enabled(false);
   cuda.set_small_matmul(true);
   cuda.set_gemv_programmatic_launch(true);
+  cuda.set_small_op_fusion(true);
   std::vector<double> wall;
   for (int step = 0; step < steps + 2; ++step) {
     const int64_t position = context - 1 + step;
@@ -387,6 +390,7 @@ int run(int argc, char** argv) {
         cuda.set_graphs_enabled(graphs);
         cuda.set_small_matmul(mode != 2);
         cuda.set_gemv_programmatic_launch(mode != 3);
+        cuda.set_small_op_fusion(mode != 4);
         std::vector<double> times;
         for (int step = 0; step < args.steps + 3; ++step) {
           const int64_t position = context - 1 + step;
@@ -402,7 +406,8 @@ int run(int argc, char** argv) {
           if (step >= 3) times.push_back(seconds);
         }
         const double t = median(times);
-        const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL"};
+        const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL",
+                                          "on, RoPE + KV write unfused"};
         const double weight_limit = weight_bytes / bandwidth;
         const double total_limit = (weight_bytes + kv_bytes_per_token * static_cast<double>(context)) / bandwidth;
         std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),

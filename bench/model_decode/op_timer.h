@@ -72,6 +72,10 @@ class OpTimer final : public backend::Backend {
                            backend::Tensor residual) override;
   void kv_write(const backend::PlannedStep& step, const backend::KvCacheView& cache, int64_t layer, backend::Tensor k,
                 backend::Tensor v) override;
+  // Timed as one op ("rope_kv_write") when the CUDA backend fuses it, else as rope and kv_write.
+  void rope_kv_write(const backend::PlannedStep& step, const backend::KvCacheView& cache, int64_t layer,
+                     backend::Tensor q, backend::Tensor k, backend::Tensor v, int64_t head_dim,
+                     const backend::Vector& inv_freq) override;
   void attention(const backend::PlannedStep& step, const backend::KvCacheView& cache, int64_t layer,
                  const backend::AttentionShape& shape, backend::Tensor q, backend::Tensor k, backend::Tensor v,
                  backend::Tensor out) override;

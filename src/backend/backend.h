@@ -191,6 +191,15 @@ class Backend {
   // Quantizes and stores the new tokens' K/V of full-attention layer `layer` (rotated first when
   // cache.rotation is Hadamard): k, v [total_tokens, num_kv_heads * head_dim] (after RoPE).
   virtual void kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor k, Tensor v) = 0;
+  // rope(step, q, k, head_dim, inv_freq) then kv_write(step, cache, layer, k, v), in one call: q and
+  // k are left rotated in place as rope leaves them. The default is those two ops (the CPU oracle); a
+  // backend may fuse them (CUDA: one kernel, its rotation within rope's tolerance of the CPU's and
+  // the stored bytes those of kv_write on the k it leaves).
+  virtual void rope_kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor q, Tensor k,
+                             Tensor v, int64_t head_dim, const Vector& inv_freq) {
+    rope(step, q, k, head_dim, inv_freq);
+    kv_write(step, cache, layer, k, v);
+  }
   // out [total_tokens, num_heads * head_dim] = causal attention of q [total_tokens, num_heads *
   // head_dim] per sequence, along each sequence's AttentionPath: the cached prefix is read from the
   // quantized pages (dequantized inside the loop, never to a prefix-sized buffer), the chunk's own

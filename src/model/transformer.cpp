@@ -227,9 +227,13 @@ backend::Tensor Transformer::forward_on_device(const backend::StepPlan& plan, co
       be.rms_norm(q.reshaped(d), p.q_norm, eps, q.reshaped(d));
       be.rms_norm(k.reshaped(d), p.k_norm, eps, k.reshaped(d));
     }
-    be.rope(*step, q, k, d, inv_freq_);
-    if (kv_observer_) kv_observer_(layer, k, v);
-    be.kv_write(*step, cache, layer, k, v);
+    if (kv_observer_) {  // the observer sees the rotated k and v before they are written
+      be.rope(*step, q, k, d, inv_freq_);
+      kv_observer_(layer, k, v);
+      be.kv_write(*step, cache, layer, k, v);
+    } else {
+      be.rope_kv_write(*step, cache, layer, q, k, v, d, inv_freq_);
+    }
     be.attention(*step, cache, layer, shape, q, k, v, attn);
     be.matmul_residual_add(attn, p.wo, h, x);  // h: scratch
     const backend::Backend::InputNorm mlp_norm{.weight = p.mlp_norm, .eps = eps, .normed = h};

@@ -449,11 +449,13 @@ void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, in
                                    .k_global_scale = cache.scales->k[layer],
                                    .v_global_scale = cache.scales->v[layer],
                                    .rotation = cache.rotation,
-                                   .nvfp4_scale_rule = cache.nvfp4_scale_rule};
+                                   .nvfp4_scale_rule = cache.nvfp4_scale_rule,
+                                   .programmatic_launch = small_op_fusion_};
   const bool fused = fused_kv_kernels_support(g.head_dim);
   recorder_.op({8, tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
                 sig(params.k_global_scale), sig(params.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
-                sig(s.positions()), sig(s.page_tables()), sig_i(static_cast<int64_t>(cache.nvfp4_scale_rule))},
+                sig(s.positions()), sig(s.page_tables()), sig_i(static_cast<int64_t>(cache.nvfp4_scale_rule)),
+                sig_i(params.programmatic_launch)},
                [this, params, fused] {
                  if (fused) {
                    cuda::kv_write(params, stream_);
@@ -461,6 +463,51 @@ void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, in
                    cuda::generic_kv_write(params, stream_);
                  }
                });
+}
+
+void CudaBackend::rope_kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor q, Tensor k,
+                                Tensor v, int64_t head_dim, const Vector& inv_freq) {
+  const CudaPlannedStep& s = cuda_step(step, "rope_kv_write");
+  const StepPlan& plan = s.host();
+  validate_cache("rope_kv_write", plan, cache, layer);
+  const cache::KvGeometry& g = cache.layout->geometry();
+  if (!small_op_fusion_ || !fused_kv_kernels_support(g.head_dim) || head_dim != g.head_dim) {
+    Backend::rope_kv_write(step, cache, layer, q, k, v, head_dim, inv_freq);
+    return;
+  }
+  check_kv_shape("rope_kv_write", "k", plan, g, k);
+  check_kv_shape("rope_kv_write", "v", plan, g, v);
+  NIBBLE_CHECK(inv_freq.size == head_dim / 2, "rope_kv_write: {} inverse frequencies for head_dim {}", inv_freq.size,
+               head_dim);
+  NIBBLE_CHECK(q.rows == plan.total_tokens && q.cols % head_dim == 0,
+               "rope_kv_write: q is [{}, {}], expected {} rows of a multiple of head_dim {}", q.rows, q.cols,
+               plan.total_tokens, head_dim);
+  const cuda::KvWriteParams params{.k = k.data,
+                                   .v = v.data,
+                                   .input_dtype = cuda::ActivationDtype::kF32,
+                                   .positions = s.positions(),
+                                   .row_sequence = s.row_sequence(),
+                                   .page_tables = s.page_tables(),
+                                   .pool = cache.pool,
+                                   .num_tokens = plan.total_tokens,
+                                   .max_pages_per_seq = plan.max_pages_per_seq,
+                                   .page_bytes = cache.layout->page_bytes(),
+                                   .k_layout = cache.layout->k(layer),
+                                   .v_layout = cache.layout->v(layer),
+                                   .k_global_scale = cache.scales->k[layer],
+                                   .v_global_scale = cache.scales->v[layer],
+                                   .rotation = cache.rotation,
+                                   .nvfp4_scale_rule = cache.nvfp4_scale_rule,
+                                   .rope_inv_freq = inv_freq.data,
+                                   .q = q.data,
+                                   .q_heads = q.cols / head_dim,
+                                   .k_rotated = k.data,
+                                   .programmatic_launch = true};
+  recorder_.op({16, tsig(q), tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
+                sig(params.k_global_scale), sig(params.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
+                sig(s.positions()), sig(s.page_tables()), sig_i(static_cast<int64_t>(cache.nvfp4_scale_rule)),
+                sig(inv_freq.data), sig_i(head_dim)},
+               [this, params] { cuda::kv_write(params, stream_); });
 }
 
 void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, int64_t layer,

@@ -15,7 +15,9 @@
 //               kF32: cublasGemmEx on the f32 rows with CUBLAS_COMPUTE_32F_PEDANTIC (f32 products and
 //               sums, never TF32);
 //   small ops   elementwise.h;
-//   KV writes   kv_write.h (head_dim 64/128/256), generic_kv_write.h otherwise;
+//   KV writes   kv_write.h (head_dim 64/128/256), generic_kv_write.h otherwise; rope_kv_write as
+//               one kv_write.h kernel (RoPE of q and k fused in, launched programmatically behind
+//               the q/k/v GEMV);
 //   attention   decode sequences -> decode_attention.h (head_dim 64/128/256, page_size % 16 == 0),
 //               prefill / extend sequences (and decode in other geometries) -> prefill_attention.h;
 //               a mixed step runs both, each on its own sequences. Prefill sequences (no cached
@@ -81,6 +83,10 @@ class CudaBackend final : public Backend {
   void matmul_residual_add(Tensor x, const Matrix& w, Tensor scratch, Tensor residual) override;
 
   void kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor k, Tensor v) override;
+  // One kernel (kv_write.h with RoPE, launched programmatically behind the q/k/v GEMV) for head_dim
+  // 64/128/256; otherwise, or with small-op fusion off, the seam's default (rope, then kv_write).
+  void rope_kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor q, Tensor k, Tensor v,
+                     int64_t head_dim, const Vector& inv_freq) override;
   void attention(const PlannedStep& step, const KvCacheView& cache, int64_t layer, const AttentionShape& shape,
                  Tensor q, Tensor k, Tensor v, Tensor out) override;
 
@@ -94,6 +100,10 @@ class CudaBackend final : public Backend {
   void set_small_matmul(bool on) { small_matmul_ = on; }
   // GEMV launches with programmatic dependent launch (gemv.h; default on).
   void set_gemv_programmatic_launch(bool on) { gemv_programmatic_ = on; }
+  // RoPE + KV write in one kernel and the KV write launched programmatically (default on); off: the
+  // separate rope and kv_write kernels, launched plainly (benchmarks compare both).
+  void set_small_op_fusion(bool on) { small_op_fusion_ = on; }
+  bool small_op_fusion() const { return small_op_fusion_; }
   const GraphStats& graph_stats() const { return graph_stats_; }
   // Waits for all queued work.
   void synchronize();
@@ -124,6 +134,7 @@ class CudaBackend final : public Backend {
   bool graphs_enabled_ = true;
   bool small_matmul_ = true;
   bool gemv_programmatic_ = true;
+  bool small_op_fusion_ = true;
   std::optional<AttentionGeometry> geometry_;  // declared by prepare_attention()
   GraphCache graphs_;
   GraphRecorder recorder_;

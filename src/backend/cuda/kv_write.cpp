@@ -1,6 +1,7 @@
 // Host entry point of the write path: validate the shapes and layouts, then launch (kv_write.cu).
 #include "backend/cuda/kv_write.h"
 
+#include <cstdint>
 #include <tuple>
 
 #include "common/error.h"
@@ -65,6 +66,15 @@ void kv_write(const KvWriteParams& p, cudaStream_t stream) {
   NIBBLE_CHECK(p.num_tokens * p.k_layout.kv_heads < (int64_t{1} << 31),
                "kv_write: num_tokens × kv_heads must be < 2^31 (32-bit indexing), got {} × {}", p.num_tokens,
                p.k_layout.kv_heads);
+  if (p.rope_inv_freq != nullptr) {
+    NIBBLE_CHECK(p.input_dtype == ActivationDtype::kF32, "kv_write: RoPE needs f32 k and v, got bf16");
+    NIBBLE_CHECK(p.k_rotated != nullptr && (p.q != nullptr || p.q_heads == 0) && p.q_heads >= 0,
+                 "kv_write: RoPE needs the rotated k's pointer (set {}) and q (set {}, {} heads)",
+                 p.k_rotated != nullptr, p.q != nullptr, p.q_heads);
+    NIBBLE_CHECK(p.num_tokens * p.q_heads < (int64_t{1} << 31),
+                 "kv_write: num_tokens × q_heads must be < 2^31 (32-bit indexing), got {} × {}", p.num_tokens,
+                 p.q_heads);
+  }
   detail::launch_kv_write(p, stream);
 }
 

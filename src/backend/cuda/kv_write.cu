@@ -11,15 +11,26 @@ namespace {
 template <int kHeadDim, quant::Nvfp4ScaleRule R>
 void launch(const KvWriteParams& p, cudaStream_t stream) {
   constexpr int kVectorsPerBlock = kKvWriteWarps * (512 / kHeadDim);
-  const int64_t vectors = p.num_tokens * p.k_layout.kv_heads;
-  const dim3 grid(static_cast<unsigned>((vectors + kVectorsPerBlock - 1) / kVectorsPerBlock), 2);
-  const dim3 block(kKvWriteWarps * 32);
+  const bool rope = p.rope_inv_freq != nullptr;
+  const int64_t kv_blocks = (p.num_tokens * p.k_layout.kv_heads + kVectorsPerBlock - 1) / kVectorsPerBlock;
+  const int64_t q_blocks = rope ? (p.num_tokens * p.q_heads + kVectorsPerBlock - 1) / kVectorsPerBlock : 0;
+  const int64_t blocks = 2 * kv_blocks + q_blocks;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kKvWriteWarps * 32);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = p.programmatic_launch ? 1 : 0;
   if (p.input_dtype == ActivationDtype::kF32) {
-    kv_write_kernel<kHeadDim, ActivationDtype::kF32, R><<<grid, block, 0, stream>>>(p);
+    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kv_write_kernel<kHeadDim, ActivationDtype::kF32, R>, p,
+                                       static_cast<int>(kv_blocks), static_cast<int>(q_blocks)));
   } else {
-    kv_write_kernel<kHeadDim, ActivationDtype::kBF16, R><<<grid, block, 0, stream>>>(p);
+    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kv_write_kernel<kHeadDim, ActivationDtype::kBF16, R>, p,
+                                       static_cast<int>(kv_blocks), static_cast<int>(q_blocks)));
   }
-  NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
 // The 4-over-6 kernel only where the rule changes a byte: some part is nvfp4.

@@ -79,6 +79,62 @@ __device__ __forceinline__ void hadamard16_lanes(float x[16], int block_in_vecto
   for (int e = 0; e < kElemsPerLane; ++e) x[e] *= norm;
 }
 
+// backend.h's RoPE, angle = position · inv_freq[i] (as elementwise.cu's rope and the CPU compute
+// it), by sincosf: the (cos, sin) of every (token, i) the block's vectors need, computed once into
+// cs [tokens][head_dim / 2] by the whole block (one sincosf per thread at batch 1), from the step's
+// positions and the constant inv_freq only, so it runs before griddep_wait(). Vectors
+// first_vector .. first_vector + vectors - 1 of [num_tokens][heads] (some may lie past the end).
+// Returns the block's first token. Every thread of the block calls it (it synchronizes).
+template <int kHeadDim>
+__device__ __forceinline__ int rope_table(float2* cs, int first_vector, int vectors, int heads, int num_tokens,
+                                          const int32_t* positions, const float* inv_freq) {
+  constexpr int kHalf = kHeadDim / 2;
+  const int first_token = first_vector / heads;
+  const int last_vector = min(first_vector + vectors, num_tokens * heads) - 1;
+  const int tokens = last_vector >= first_vector ? last_vector / heads - first_token + 1 : 0;
+  for (int e = threadIdx.x; e < tokens * kHalf; e += blockDim.x) {
+    const int token = first_token + e / kHalf, i = e % kHalf;
+    float sin_v, cos_v;
+    sincosf(__fmul_rn(static_cast<float>(positions[token]), __ldg(inv_freq + i)), &sin_v, &cos_v);
+    cs[e] = make_float2(cos_v, sin_v);
+  }
+  __syncthreads();
+  return first_token;
+}
+
+// RoPE on a head vector spread over head_dim / 16 lanes, 16 elements each: lane b (b < lanes / 2)
+// holds elements i of the pairs (i, i + head_dim / 2), lane b + lanes / 2 the partners, exchanged by
+// one shuffle per element; cs_row: the vector's token's row of rope_table. Every product and sum
+// rounded on its own (explicit _rn: never contracted). Every lane of the warp takes part.
+template <int kHeadDim>
+__device__ __forceinline__ void rope16_lanes(float x[16], int block_in_vector, const float2* cs_row) {
+  constexpr int kHalfLanes = kHeadDim / kElemsPerLane / 2;
+  const bool upper = block_in_vector >= kHalfLanes;
+  const int i0 = (block_in_vector % kHalfLanes) * kElemsPerLane;  // the frequency index of x[0]
+#pragma unroll
+  for (int e = 0; e < kElemsPerLane; ++e) {
+    const float other = __shfl_xor_sync(0xFFFFFFFFu, x[e], kHalfLanes);
+    const float2 cs = cs_row[i0 + e];
+    // lower: x_i cos - x_{i+d/2} sin; upper: x_{i+d/2} cos + x_i sin.
+    x[e] = upper ? __fadd_rn(__fmul_rn(x[e], cs.x), __fmul_rn(other, cs.y))
+                 : __fsub_rn(__fmul_rn(x[e], cs.x), __fmul_rn(other, cs.y));
+  }
+}
+
+// Stores this lane's 16 f32 elements at dst (16-byte aligned).
+__device__ __forceinline__ void store16(float* dst, const float x[16]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    reinterpret_cast<float4*>(dst)[i] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
+}
+
+// Programmatic dependent launch (no-ops when the kernel was launched plainly): the next kernel may
+// be scheduled; wait for the previous kernel's results (and memory) before reading them.
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 // Four floats -> four E4M3 bytes (first in the low byte) by the hardware conversion: round to
 // nearest even, satfinite (|x| >= 448 and ±Inf -> ±448), NaN -> 0x7F: exactly
 // quant::e4m3_from_f32 for every input (the GPU's NaN has no sign: the documented difference).
@@ -229,14 +285,45 @@ __device__ __forceinline__ float exact_reciprocal_or_zero(float g) {
   return pow2 ? __uint_as_float((254u - exponent) << 23) : 0.0f;
 }
 
-// grid: (ceil(num_tokens * kv_heads / vectors_per_block), 2); blockIdx.y 0 = K, 1 = V.
-// R: the nvfp4 block-scale rule (p.nvfp4_scale_rule), a template parameter so that the default
-// amax/6 kernel carries none of 4-over-6's second candidate.
+// Block roles (grid.x = 2·kv_blocks + q_blocks, kv_write.cu): K's vectors, then V's, then q's
+// (RoPE only: rotated in place, nothing stored in the pool). R: the nvfp4 block-scale rule
+// (p.nvfp4_scale_rule), a template parameter so that the default amax/6 kernel carries none of
+// 4-over-6's second candidate. Before griddep_wait() only the step's arrays (positions,
+// row_sequence, page_tables: host copies) and inv_freq are read.
 template <int kHeadDim, ActivationDtype D, quant::Nvfp4ScaleRule R>
-__global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWriteParams p) {
+__global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWriteParams p, int kv_blocks, int q_blocks) {
   constexpr int kLanesPerVector = kHeadDim / kElemsPerLane;
   constexpr int kVectorsPerWarp = 32 / kLanesPerVector;
-  const bool is_v = blockIdx.y == 1;
+  constexpr int kVectorsPerBlock = kKvWriteWarps * kVectorsPerWarp;
+  __shared__ float2 rope_cs[kVectorsPerBlock * kHeadDim / 2];  // rope_table: at most one token per vector
+  griddep_launch_dependents();
+  const int role_block = static_cast<int>(blockIdx.x);
+  if constexpr (D == ActivationDtype::kF32) {
+    if (role_block >= 2 * kv_blocks) {  // q: RoPE in place
+      const int lane = threadIdx.x % 32, block_in_vector = lane % kLanesPerVector;
+      const int first_vector = (role_block - 2 * kv_blocks) * kVectorsPerBlock;
+      const int vector = first_vector + static_cast<int>(threadIdx.x / 32) * kVectorsPerWarp + lane / kLanesPerVector;
+      const int heads = static_cast<int>(p.q_heads), num_tokens = static_cast<int>(p.num_tokens);
+      const int first_token = rope_table<kHeadDim>(rope_cs, first_vector, kVectorsPerBlock, heads, num_tokens,
+                                                   p.positions, p.rope_inv_freq);
+      const bool in_range = vector < num_tokens * heads;
+      griddep_wait();
+      float x[kElemsPerLane];
+      float* at = p.q + static_cast<int64_t>(vector) * kHeadDim + block_in_vector * kElemsPerLane;
+      if (in_range) {
+        load16<D>(at, 0, x);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kElemsPerLane; ++e) x[e] = 0.0f;
+      }
+      const int row = in_range ? vector / heads - first_token : 0;
+      rope16_lanes<kHeadDim>(x, block_in_vector, rope_cs + row * (kHeadDim / 2));
+      if (in_range) store16(at, x);
+      return;
+    }
+  }
+  const bool is_v = role_block >= kv_blocks;
+  const int kv_block = is_v ? role_block - kv_blocks : role_block;
   const cache::KvPartLayout& layout = is_v ? p.v_layout : p.k_layout;
   const void* src = is_v ? p.v : p.k;
   const float g = is_v ? p.v_global_scale : p.k_global_scale;
@@ -246,7 +333,7 @@ __global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWritePar
   const int block_in_vector = lane % kLanesPerVector;
   // = token * kv_heads + head; < 2^31 (kv_write checks num_tokens * kv_heads), so the index math
   // is 32-bit: 64-bit divisions by runtime values cost ~70 instructions each.
-  const int vector = (static_cast<int>(blockIdx.x) * kKvWriteWarps + warp) * kVectorsPerWarp + lane / kLanesPerVector;
+  const int vector = (kv_block * kKvWriteWarps + warp) * kVectorsPerWarp + lane / kLanesPerVector;
   const int kv_heads = static_cast<int>(layout.kv_heads);
   const bool in_range = vector < static_cast<int>(p.num_tokens) * kv_heads;
 
@@ -261,12 +348,26 @@ __global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWritePar
   const int slot = pos - page_index * page_size;
   const int64_t page = seq >= 0 ? p.page_tables[static_cast<int64_t>(seq) * p.max_pages_per_seq + page_index] : 0;
 
+  const bool rope = D == ActivationDtype::kF32 && !is_v && p.rope_inv_freq != nullptr;  // uniform per block
+  int first_token = 0;
+  if (rope) {
+    first_token = rope_table<kHeadDim>(rope_cs, kv_block * kVectorsPerBlock, kVectorsPerBlock, kv_heads,
+                                       static_cast<int>(p.num_tokens), p.positions, p.rope_inv_freq);
+  }
+  griddep_wait();  // k and v are the previous kernel's outputs
   float x[kElemsPerLane];
+  const int64_t at = static_cast<int64_t>(vector) * kHeadDim + block_in_vector * kElemsPerLane;
   if (in_range) {
-    load16<D>(src, static_cast<int64_t>(vector) * kHeadDim + block_in_vector * kElemsPerLane, x);
+    load16<D>(src, at, x);
   } else {
 #pragma unroll
     for (int e = 0; e < kElemsPerLane; ++e) x[e] = 0.0f;
+  }
+  if constexpr (D == ActivationDtype::kF32) {
+    if (rope) {
+      rope16_lanes<kHeadDim>(x, block_in_vector, rope_cs + (in_range ? token - first_token : 0) * (kHeadDim / 2));
+      if (in_range) store16(p.k_rotated + at, x);
+    }
   }
   // Every lane takes part in the shuffles; out-of-range groups are whole lane groups.
   if (p.rotation == quant::Rotation::kHadamard) hadamard16_lanes(x, block_in_vector, kHeadDim);

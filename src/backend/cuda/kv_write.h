@@ -48,6 +48,22 @@ struct KvWriteParams {
   float v_global_scale = 1.0f;
   quant::Rotation rotation = quant::Rotation::kNone;
   quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;  // nvfp4 parts only
+
+  // RoPE fused in front of the write (backend.h's rope_kv_write; input_dtype kF32 only), when
+  // rope_inv_freq is set: each K vector is rotated (backend.h's rope rule, rotate-half, angle =
+  // positions[token] · inv_freq[i], sincosf, every product and sum rounded separately), stored
+  // rotated into k_rotated (may alias k), then quantized; the q_heads vectors of q per token are
+  // rotated in place. One kernel instead of rope's and the write's.
+  const float* rope_inv_freq = nullptr;  // [head_dim / 2] or null: no RoPE
+  float* q = nullptr;                    // [num_tokens][q_heads][head_dim] f32, rotated in place
+  int64_t q_heads = 0;
+  float* k_rotated = nullptr;            // [num_tokens][kv_heads][head_dim] f32: the rotated k
+
+  // Programmatic dependent launch (sm_90): the kernel may start while the previous kernel on the
+  // stream (the q/k/v GEMV) finishes; before waiting for that kernel's results it reads only the
+  // step's arrays (uploaded by copies, never written by a kernel) and inv_freq (its RoPE angles'
+  // sincosf run then), and it lets the next kernel start early.
+  bool programmatic_launch = false;
 };
 
 // nvfp4 parts need a global scale in [2^-51, 2^51] (so that every block divisor s·g is in the
@@ -57,7 +73,7 @@ inline constexpr float kNvfp4MaxGlobalScale = 0x1p51f;
 
 // Validates the shapes and layouts (nibble::Error naming expected vs actual) and launches on
 // `stream`. No allocation, no host synchronization: safe inside CUDA-graph capture.
-// Supported: head_dim 64, 128, 256.
+// Supported: head_dim 64, 128, 256; with RoPE (rope_inv_freq set) f32 input only.
 void kv_write(const KvWriteParams& params, cudaStream_t stream);
 
 }  // namespace nibble::cuda

@@ -9,11 +9,15 @@
 //   embedding   exact: the CPU row rounded to bf16.
 //   rms_norm    1e-5 relative (f32 vs f64 sum of squares); rope 1e-5 absolute (sincosf vs libm);
 //   silu_mul    1e-6 relative; add, gather_logit_rows exact.
-//   kv_write    byte for byte (the generic head_dim 8 path and the fused head_dim 64 path).
+//   kv_write    byte for byte (the generic head_dim 8 path and the fused head_dim 64 path);
+//   rope_kv_write  q, k as rope; the pool byte for byte as the CPU's kv_write of the k it returns.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "backend/cuda_common/cuda_test_util.h"
 #include "backend/step_plan.h"
@@ -453,6 +457,61 @@ TEST_F(CudaOps, KvWriteIsBitExactWithCpu) {
         gpu->copy_to_host(got.data(), gpool->data(), static_cast<int64_t>(got.size()));
         EXPECT_EQ(got, cpu_pool) << quant::kv_dtype_name(dtype) << " head_dim " << head_dim << " rotation "
                                  << static_cast<int>(rotation);
+      }
+    }
+  }
+}
+
+// rope_kv_write: on CUDA one kernel for head_dim 64/128/256 (the seam's default, rope then kv_write,
+// for 8). q and k come back rotated within rope's tolerance of the CPU's rope; the pool holds, byte
+// for byte, what the CPU's kv_write stores for the k the CUDA call left (and v), for every format
+// and rotation.
+TEST_F(CudaOps, RopeKvWriteIsRopeThenKvWrite) {
+  using quant::KvDtype;
+  for (const int64_t head_dim : {8, 64, 128, 256}) {
+    for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4, KvDtype::kK8V4}) {
+      for (const quant::Rotation rotation : {quant::Rotation::kNone, quant::Rotation::kHadamard}) {
+        if ((dtype == KvDtype::kNVFP4 || dtype == KvDtype::kK8V4) && head_dim % 16 != 0) continue;
+        const int64_t q_heads = 4, kv_heads = 2, layers = 2, page_size = 16, layer = 1;
+        const cache::PageLayout layout({.num_layers = layers, .kv_heads = kv_heads, .head_dim = head_dim}, dtype,
+                                       page_size);
+        const cache::KvGlobalScales scales{{0.5f, 1.0f}, {1.0f, 0.25f}};
+        PlannedInput in = make_plan({0, 700, 30}, {21, 1, 7}, 100, page_size, rng);
+        const int64_t t = in.plan.total_tokens, num_pages = 64;
+        std::vector<float> inv_freq(head_dim / 2);
+        for (int64_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+        std::vector<float> q = random_floats(t * q_heads * head_dim, rng, 4.0f);
+        std::vector<float> k = random_floats(t * kv_heads * head_dim, rng, 4.0f);
+        const std::vector<float> v = random_floats(t * kv_heads * head_dim, rng, 4.0f);
+        const std::string what = fmt::format("{} head_dim {} rotation {}", quant::kv_dtype_name(dtype), head_dim,
+                                             static_cast<int>(rotation));
+
+        auto gpool = gpu->allocate(num_pages * layout.page_bytes());
+        const KvCacheView gpu_view{static_cast<uint8_t*>(gpool->data()), num_pages, &layout, &scales, rotation};
+        auto gq = upload(*gpu, q, t, q_heads * head_dim);
+        auto gk = upload(*gpu, k, t, kv_heads * head_dim);
+        auto gv = upload(*gpu, v, t, kv_heads * head_dim);
+        std::unique_ptr<Buffer> owner;
+        const Vector gf = gpu->upload_vector(inv_freq.data(), head_dim / 2, owner);
+        auto gstep = gpu->plan(in.plan);
+        gpu->rope_kv_write(*gstep, gpu_view, layer, gq.view, gk.view, gv.view, head_dim, gf);
+        std::vector<uint8_t> got(num_pages * layout.page_bytes());
+        gpu->copy_to_host(got.data(), gpool->data(), static_cast<int64_t>(got.size()));
+        const std::vector<float> got_q = download(*gpu, gq.view), got_k = download(*gpu, gk.view);
+        EXPECT_EQ(download(*gpu, gv.view), v) << what;  // v is read, never written
+
+        auto cstep = cpu.plan(in.plan);
+        cpu.rope(*cstep, {q.data(), t, q_heads * head_dim}, {k.data(), t, kv_heads * head_dim}, head_dim,
+                 {inv_freq.data(), head_dim / 2});
+        EXPECT_LE(test::max_abs_error(got_q, q), 4e-5) << what;  // 4.0-scaled inputs: rope's 1e-5 × 4
+        EXPECT_LE(test::max_abs_error(got_k, k), 4e-5) << what;
+        std::vector<uint8_t> want(got.size(), 0);
+        const KvCacheView cpu_view{want.data(), num_pages, &layout, &scales, rotation};
+        cpu.kv_write(*cstep, cpu_view, layer, {const_cast<float*>(got_k.data()), t, kv_heads * head_dim},
+                     {const_cast<float*>(v.data()), t, kv_heads * head_dim});
+        EXPECT_EQ(got, want) << what;
+        // Something was written (the pool starts zeroed).
+        EXPECT_NE(std::count(got.begin(), got.end(), uint8_t{0}), static_cast<std::ptrdiff_t>(got.size())) << what;
       }
     }
   }
