@@ -18,7 +18,7 @@ BUILD="${1:-$ROOT/build-gpu-stage}"
 OUT_DIR="${2:-$BUILD/carry}"
 JOBS="${JOBS:-2}"
 targets=(test_cuda_kv_write test_cuda_decode_attention test_cuda_decode_plan test_cuda_ops test_cuda_chunk_attention
-         test_cuda_model test_cuda_graph test_cuda_sampling test_cuda_engine test_cuda_prefill_attention
+         test_cuda_model test_cuda_graph test_cuda_sampling test_cuda_engine test_cuda_prefill_attention test_cuda_extend_attention
          bench_decode_attention bench_model_decode bench_prefill_attention nibble)
 
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON \

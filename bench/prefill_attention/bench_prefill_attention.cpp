@@ -6,8 +6,10 @@
 // the same run (the practical ceiling). FLOPs are counted causally: 4 · seq² · head_dim ·
 // q_heads / 2 per sequence (QK^T and PV, half the square).
 //
-//   bench_prefill_attention [--quick] [--tiles] [--json FILE]
+//   bench_prefill_attention [--quick] [--tiles] [--extend] [--json FILE]
 //
+//   --extend extend (chunk over a cached prefix, extend_bench.cpp) only: tensor-core
+//            extend_attention vs the CUDA-core chunk_attention, bf16 / fp8 / nvfp4 / k8v4 prefixes
 //   --tiles  also time every tile configuration built (cuda::prefill_tile_name) at 2K and 8K
 //   --quick  sequence lengths 1K and 8K only
 #include <cublas_v2.h>
@@ -25,7 +27,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "bench_timing.h"
 #include "device_mem.h"
+#include "extend_bench.h"
 #include "backend/cuda/prefill_attention.h"
 #include "cache/page_layout.h"
 #include "quant/kv_format.h"
@@ -50,34 +54,7 @@ constexpr double kNominalPeakTflops = 989.0;  // H100/H200 SXM dense bf16, datas
 
 using nibble::bench::DeviceMem;
 
-// Median seconds per call of fn() over 11 samples of enough calls to last >= ~20 ms each.
-template <typename Fn>
-double median_seconds(Fn&& fn) {
-  cudaEvent_t start, stop;
-  NIBBLE_CUDA_CHECK(cudaEventCreate(&start));
-  NIBBLE_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 2; ++i) fn();
-  NIBBLE_CUDA_CHECK(cudaEventRecord(start));
-  fn();
-  NIBBLE_CUDA_CHECK(cudaEventRecord(stop));
-  NIBBLE_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  NIBBLE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  const int reps = std::clamp(static_cast<int>(std::ceil(20.0 / std::max(ms, 1e-3f))), 1, 100);
-  std::vector<double> samples;
-  for (int s = 0; s < 11; ++s) {
-    NIBBLE_CUDA_CHECK(cudaEventRecord(start));
-    for (int r = 0; r < reps; ++r) fn();
-    NIBBLE_CUDA_CHECK(cudaEventRecord(stop));
-    NIBBLE_CUDA_CHECK(cudaEventSynchronize(stop));
-    NIBBLE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    samples.push_back(ms * 1e-3 / reps);
-  }
-  NIBBLE_CUDA_CHECK(cudaEventDestroy(start));
-  NIBBLE_CUDA_CHECK(cudaEventDestroy(stop));
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2];
-}
+using nibble::bench::median_seconds;
 
 // cuBLAS bf16 GEMM C = A B (8192^3, f32 accumulate, bf16 out): TFLOP/s, the practical ceiling.
 double gemm_tflops() {
@@ -195,7 +172,7 @@ double chunk_kernel_seconds(int64_t head_dim, int64_t seq, int64_t batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, tiles = false;
+  bool quick = false, tiles = false, extend = false;
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -203,10 +180,12 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--tiles") {
       tiles = true;
+    } else if (arg == "--extend") {
+      extend = true;
     } else if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else {
-      fmt::print(stderr, "usage: {} [--quick] [--tiles] [--json FILE]\nunknown argument '{}'\n", argv[0], arg);
+      fmt::print(stderr, "usage: {} [--quick] [--tiles] [--extend] [--json FILE]\nunknown argument '{}'\n", argv[0], arg);
       return 2;
     }
   }
@@ -222,6 +201,11 @@ int main(int argc, char** argv) {
   fmt::print("op = f32->bf16 K/V conversion + attention kernel; TFLOP/s and fractions use the kernel time\n\n");
 
   nlohmann::json json = {{"device", prop.name}, {"gemm_tflops", gemm}, {"rows", nlohmann::json::array()}};
+  if (extend) {
+    nibble::bench::run_extend_bench(gemm, quick, json);
+    if (!json_path.empty()) std::ofstream(json_path) << json.dump(2) << "\n";
+    return 0;
+  }
   const std::vector<int64_t> seqs = quick ? std::vector<int64_t>{1024, 8192}
                                           : std::vector<int64_t>{1024, 2048, 4096, 8192, 16384};
   for (const int64_t head_dim : {128, 64}) {

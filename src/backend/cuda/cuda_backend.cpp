@@ -577,8 +577,40 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                   sig_i(shape.num_kv_heads), sig(shape.scale)},
                  [this, prefill] { cuda::prefill_attention(prefill, stream_); });
   }
+  // Extend sequences on the tensor cores too (extend_attention: the quantized prefix tile by tile
+  // from the pages, then the chunk's own K/V causally).
+  const bool tc_extend = s.num_extend() > 0 && tensor_core_prefill(d);
+  if (tc_extend) {
+    int64_t max_extend = 0;
+    for (const SequencePlan& sp : plan.seqs) {
+      if (sp.path() == AttentionPath::kExtend) max_extend = std::max(max_extend, sp.num_new_tokens);
+    }
+    const cuda::ExtendAttentionParams extend{.q = q.data,
+                                             .k = k.data,
+                                             .v = v.data,
+                                             .out = out.data,
+                                             .seq_info = s.seq_info(),
+                                             .num_seqs = plan.num_seqs(),
+                                             .total_tokens = plan.total_tokens,
+                                             .max_new_tokens = max_extend,
+                                             .pool = chunk.pool,
+                                             .page_tables = chunk.page_tables,
+                                             .max_pages_per_seq = chunk.max_pages_per_seq,
+                                             .page_bytes = chunk.page_bytes,
+                                             .k_layout = k_part,
+                                             .v_layout = v_part,
+                                             .k_global_scale = chunk.k_global_scale,
+                                             .v_global_scale = chunk.v_global_scale,
+                                             .rotation = chunk.rotation,
+                                             .num_q_heads = shape.num_heads,
+                                             .num_kv_heads = shape.num_kv_heads,
+                                             .head_dim = d,
+                                             .softmax_scale = shape.scale};
+    recorder_.op({17, sig_i(max_extend), sig(s.page_tables()), sig_i(plan.max_pages_per_seq)}, [] {});
+    recorder_.op(attention_sig, [this, extend] { cuda::extend_attention(extend, stream_); });
+  }
   // Extend sequences (and prefill sequences when the tensor-core kernel did not take them).
-  if (s.num_chunk_work() > 0 && (!tc_prefill || s.num_extend() > 0)) {
+  if (s.num_chunk_work() > 0 && !tc_extend && (!tc_prefill || s.num_extend() > 0)) {
     chunk.skip_prefill = tc_prefill;
     if (tc_prefill) recorder_.op({14, 1}, [] {});
     chunk.work = s.chunk_work();

@@ -3,11 +3,14 @@
 // decode for geometries the decode kernel does not take (head_dim outside 64/128/256, page sizes
 // not a multiple of 16). Two kernels:
 //
-//   chunk_attention   — CUDA cores, f32 throughout; all three paths of backend/step_plan.h.
+//   chunk_attention   — CUDA cores, f32 throughout; all three paths of backend/step_plan.h (the
+//                       exact mode with f32 weights, other head_dims, and the oracle of the others).
 //   prefill_attention — tensor cores (mma.sync bf16 -> f32), the prefill path only (no cached
-//                       prefix), head_dim 64/128/256. A step with prefill and extend sequences runs
-//                       both: prefill_attention takes the prefill sequences, chunk_attention with
-//                       skip_prefill the rest (each kernel reads seq_info and leaves the other's rows).
+//                       prefix), head_dim 64/128/256. Its sibling extend_attention
+//                       (extend_attention.h) takes the extend path on tensor cores; with bf16
+//                       weights the backend runs both, each reading seq_info and leaving the other's
+//                       rows alone (with f32 weights chunk_attention runs, skip_prefill when only the
+//                       prefill sequences went to prefill_attention).
 //
 // chunk_attention:
 //
@@ -38,6 +41,7 @@
 #include <string>
 
 #include "cache/page_layout.h"
+#include "backend/cuda/extend_attention.h"  // the tensor-core extend kernel, used beside these two
 #include "quant/kv_format.h"
 
 namespace nibble::cuda {

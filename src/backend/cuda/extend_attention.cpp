@@ -1,0 +1,75 @@
+// Host entry point of the tensor-core extend attention: validate, then launch (extend_attention.cu).
+#include "backend/cuda/extend_attention.h"
+
+#include "common/error.h"
+
+namespace nibble::cuda {
+
+namespace detail {
+void launch_extend_attention(const ExtendAttentionParams& p, cudaStream_t stream);  // extend_attention.cu
+}  // namespace detail
+
+bool extend_attention_supports_head_dim(int64_t head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
+namespace {
+
+void validate_part(const cache::KvPartLayout& part, const char* which, const ExtendAttentionParams& p) {
+  NIBBLE_CHECK(part.head_dim == p.head_dim && part.kv_heads == p.num_kv_heads,
+               "extend attention: {} layout is {} kv heads × head_dim {}, the attention {} × {}", which,
+               part.kv_heads, part.head_dim, p.num_kv_heads, p.head_dim);
+  NIBBLE_CHECK(part.page_size > 0, "extend attention: {} page_size must be > 0, got {}", which, part.page_size);
+  NIBBLE_CHECK(part.data_row_bytes == quant::data_bytes(part.format, part.head_dim) &&
+                   part.scale_row_bytes == quant::scale_bytes(part.format, part.head_dim),
+               "extend attention: {} row bytes: expected data {} scales {}, got {} and {}", which,
+               quant::data_bytes(part.format, part.head_dim), quant::scale_bytes(part.format, part.head_dim),
+               part.data_row_bytes, part.scale_row_bytes);
+  NIBBLE_CHECK(part.data_offset % 16 == 0 && part.scale_offset % 16 == 0,
+               "extend attention: {} part offsets {} / {} are not 16-byte aligned", which, part.data_offset,
+               part.scale_offset);
+  NIBBLE_CHECK(part.data_offset + part.bytes <= p.page_bytes,
+               "extend attention: {} part ends at byte {}, past page_bytes {}", which, part.data_offset + part.bytes,
+               p.page_bytes);
+}
+
+}  // namespace
+
+void extend_attention(const ExtendAttentionParams& p, cudaStream_t stream) {
+  NIBBLE_CHECK(p.total_tokens >= 0 && p.num_seqs >= 0, "extend attention: total_tokens {} and num_seqs {} must be >= 0",
+               p.total_tokens, p.num_seqs);
+  if (p.total_tokens == 0 || p.num_seqs == 0) return;
+  NIBBLE_CHECK(extend_attention_supports_head_dim(p.head_dim),
+               "extend attention: head_dim must be 64, 128 or 256 on the tensor-core kernel, got {}", p.head_dim);
+  NIBBLE_CHECK(p.num_kv_heads > 0 && p.num_q_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
+               "extend attention: {} query heads are not a positive multiple of {} kv heads", p.num_q_heads,
+               p.num_kv_heads);
+  NIBBLE_CHECK(p.num_q_heads <= 65535 && p.num_seqs <= 65535,
+               "extend attention: at most 65535 query heads and sequences per launch, got {} and {}", p.num_q_heads,
+               p.num_seqs);
+  NIBBLE_CHECK(p.max_new_tokens >= 0 && p.max_new_tokens <= p.total_tokens,
+               "extend attention: max_new_tokens {} must be in [0, total_tokens {}]", p.max_new_tokens,
+               p.total_tokens);
+  NIBBLE_CHECK(p.softmax_scale > 0.0f, "extend attention: softmax_scale must be > 0, got {}", p.softmax_scale);
+  NIBBLE_CHECK(p.q && p.k && p.v && p.out && p.seq_info && p.pool && p.page_tables,
+               "extend attention: a device pointer is null (q {}, k {}, v {}, out {}, seq_info {}, pool {}, "
+               "page_tables {})",
+               p.q != nullptr, p.k != nullptr, p.v != nullptr, p.out != nullptr, p.seq_info != nullptr,
+               p.pool != nullptr, p.page_tables != nullptr);
+  const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
+  NIBBLE_CHECK(!misaligned(p.q) && !misaligned(p.k) && !misaligned(p.v) && !misaligned(p.out) && !misaligned(p.pool),
+               "extend attention: q, k, v, out and pool must be 16-byte aligned");
+  NIBBLE_CHECK(p.max_pages_per_seq > 0 && p.page_bytes > 0 && p.page_bytes % 16 == 0,
+               "extend attention: max_pages_per_seq {} must be > 0 and page_bytes {} a positive multiple of 16",
+               p.max_pages_per_seq, p.page_bytes);
+  validate_part(p.k_layout, "K", p);
+  validate_part(p.v_layout, "V", p);
+  NIBBLE_CHECK(p.k_layout.page_size == p.v_layout.page_size, "extend attention: K pages of {} tokens, V pages of {}",
+               p.k_layout.page_size, p.v_layout.page_size);
+  NIBBLE_CHECK(p.k_global_scale > 0.0f && p.v_global_scale > 0.0f,
+               "extend attention: global scales must be positive, got k {} v {}", p.k_global_scale,
+               p.v_global_scale);
+  detail::launch_extend_attention(p, stream);
+}
+
+}  // namespace nibble::cuda

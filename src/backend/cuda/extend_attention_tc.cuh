@@ -1,0 +1,214 @@
+#pragma once
+// The tensor-core extend kernel (extend_attention.h states the contract, precision and rotation).
+//
+// Block: kWarps warps, `heads_per_block` query heads of one GQA group (a divisor of kWarps), one
+// query tile of one sequence: kWarps / heads_per_block warps per head, each owning kRowsWarp
+// consecutive new tokens of its head (the prefill kernel's warp layout per head, so its causal mask,
+// softmax and MMA pieces apply unchanged). Every key tile is shared by all the block's heads.
+//
+// Key loop over tiles 0 .. n_prefix + n_own - 1 (prefix tiles first, then own tiles up to the
+// block's last query), one raw staging buffer and one bf16 tile:
+//   wait raw(i); barrier; dequantize raw(i) -> bf16 tile; barrier; cp.async raw(i + 1);
+//   S = Q K^T (mask: prefix end / causal), lazy online softmax, O += P V.
+// The copy of tile i + 1 overlaps tile i's MMAs; the dequantization is a short shared-memory pass.
+// At the first own tile each warp finishes the prefix phase in registers: O *= g_v, O = H O (rotated
+// cache), q reloaded unrotated, and the softmax scale loses g_k.
+//
+// Grid: (num_q_heads / heads_per_block, num_seqs, query tiles), tiles in reverse order (the longest
+// own phase first).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/extend_attention.h"
+#include "backend/cuda/extend_tile_load.cuh"
+#include "backend/cuda/prefill_attention.h"
+#include "backend/cuda/prefill_mma.cuh"
+#include "backend/cuda/prefill_tile.cuh"
+
+namespace nibble::cuda::detail {
+
+template <int D, typename T>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
+    extend_attention_kernel(ExtendAttentionParams p, int heads_per_block) {
+  using S = ExtendSmem<D, T>;
+  constexpr int kKeys = T::kKeys;
+  constexpr int kM = T::kM;
+  constexpr int kD16 = T::kD16;
+  static_assert(T::kLazy, "the phase-dependent softmax scale needs the log2-domain running max");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t smem = smem_address(smem_raw);
+  if (smem % 128 != 0) __trap();  // fragment_address needs 128-byte aligned tiles
+
+  const int64_t seq = blockIdx.y;
+  const int32_t* info = p.seq_info + seq * kSeqInfoFields;
+  const int64_t row0 = info[0];
+  const int num_new = info[1], cached_len = info[2];
+  if (info[3] == 0 || (cached_len == 0 && !p.include_prefill)) return;  // decode / prefill: not ours
+  const int warps_per_head = T::kWarps / heads_per_block;
+  const int rows_q = T::kRowsWarp * warps_per_head;  // new tokens per block
+  const int q0 = static_cast<int>(gridDim.z - 1 - blockIdx.z) * rows_q;
+  if (q0 >= num_new) return;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
+  const int64_t head = static_cast<int64_t>(blockIdx.x) * heads_per_block + warp / warps_per_head;
+  const int kv_head = static_cast<int>(blockIdx.x) * heads_per_block / group;
+  const int warp_row0 = q0 + (warp % warps_per_head) * T::kRowsWarp;  // among the sequence's new tokens
+  const int warp_last_row = warp_row0 + T::kRowsWarp - 1;
+  const bool warp_active = warp_row0 < num_new;
+  const int64_t q_cols = p.num_q_heads * D, kv_cols = p.num_kv_heads * D;
+  const bool has_prefix = cached_len > 0;
+  const bool rotated = has_prefix && p.rotation == quant::Rotation::kHadamard;
+
+  // Q fragments [kM][kD16][4] bf16x2 in registers, or this warp's rows [kRowsWarp][D] bf16 swizzled
+  // in shared memory; rows past the sequence are zero. `rotate`: H q (the prefix phase of a rotated
+  // cache).
+  uint32_t qf[T::kQRegsM][T::kQRegsD][4];
+  const uint32_t q_warp = smem + S::kQ + warp * T::kRowsWarp * D * 2;
+  const auto load_q = [&](bool rotate) {
+    if constexpr (T::kQInSmem) __syncwarp();  // a reload: every lane's ldmatrix of the old rows is done
+    const float* q_base = p.q + (row0 + warp_row0) * q_cols + head * D;
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+      for (int rh = 0; rh < 2; ++rh) {
+        const int row = 16 * mi + g + 8 * rh;
+        const bool valid = warp_row0 + row < num_new;
+        float x[D / 8][2];
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          float2 v = make_float2(0.0f, 0.0f);
+          if (valid) v = *reinterpret_cast<const float2*>(q_base + row * q_cols + 8 * n + 2 * t);
+          x[n][0] = v.x, x[n][1] = v.y;
+        }
+        if (rotate) hadamard_fragment_row<D>(x, t);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          const uint32_t packed = pack_bf16x2(x[n][0], x[n][1]);
+          if constexpr (T::kQInSmem) {
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_warp + swizzled_bytes<D>(row, n) + 4 * t), "r"(packed)
+                         : "memory");
+          } else {
+            qf[mi][n / 2][rh + 2 * (n % 2)] = packed;
+          }
+        }
+      }
+    }
+    if constexpr (T::kQInSmem) __syncwarp();
+  };
+  load_q(rotated);
+
+  float o[kM][2 * kD16][4];
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int n = 0; n < 2 * kD16; ++n) o[mi][n][0] = o[mi][n][1] = o[mi][n][2] = o[mi][n][3] = 0.0f;
+  }
+  float m[kM][2], l[kM][2];  // log2-domain reference max, partial sums (prefill_tile.cuh, softmax_lazy)
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.0f;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const bool k_scaled = p.k_layout.format == quant::ElemFormat::kFP8 || p.k_layout.format == quant::ElemFormat::kNVFP4;
+  const bool v_scaled = p.v_layout.format == quant::ElemFormat::kFP8 || p.v_layout.format == quant::ElemFormat::kNVFP4;
+  float phase_scale = k_scaled ? scale_log2 * p.k_global_scale : scale_log2;
+
+  const int key_end = num_new < q0 + rows_q ? num_new : q0 + rows_q;  // the block's causal bound
+  const int n_prefix = (cached_len + kKeys - 1) / kKeys;
+  const int n_tiles = n_prefix + (key_end + kKeys - 1) / kKeys;
+  const int32_t* page_table = p.page_tables + seq * p.max_pages_per_seq;
+  const int page_size = static_cast<int>(p.k_layout.page_size);
+  const float* own_k = p.k + row0 * kv_cols + kv_head * D;
+  const float* own_v = p.v + row0 * kv_cols + kv_head * D;
+  const uint32_t tile_k = smem, tile_v = smem + S::kTileBytes;
+  const uint32_t raw_k = smem + S::kRaw, raw_v = raw_k + S::kRawPartBytes;
+  const uint32_t scales_k = smem + S::kScales, scales_v = scales_k + S::kScalePartBytes;
+  const auto issue = [&](int i) {
+    if (i < n_prefix) {
+      copy_prefix_tile<D, T>(raw_k, raw_v, scales_k, scales_v, p.k_layout, p.v_layout, p.pool, p.page_bytes,
+                             page_table, page_size, kv_head, i * kKeys, cached_len);
+    } else {
+      const int key0 = (i - n_prefix) * kKeys;
+      copy_own_part<D, T>(raw_k, own_k, kv_cols, key0, key_end);
+      copy_own_part<D, T>(raw_v, own_v, kv_cols, key0, key_end);
+    }
+    cp_async_commit();
+  };
+
+  const uint32_t k_lane = ldmatrix_lane_base<D>((lane / 16) * 8 + lane % 8, (lane / 8) % 2, lane);
+  const uint32_t v_lane = ldmatrix_lane_base<D>(((lane / 8) % 2) * 8 + lane % 8, lane / 16, lane);
+
+  issue(0);
+  for (int i = 0; i < n_tiles; ++i) {
+    const bool prefix = i < n_prefix;
+    cp_async_wait<0>();
+    __syncthreads();  // raw(i) visible to all; every warp is done with the previous bf16 tile
+    convert_part<D, T>(tile_k, smem_raw + S::kRaw, smem_raw + S::kScales,
+                       prefix ? p.k_layout.format : quant::ElemFormat::kF32);
+    convert_part<D, T>(tile_v, smem_raw + S::kRaw + S::kRawPartBytes, smem_raw + S::kScales + S::kScalePartBytes,
+                       prefix ? p.v_layout.format : quant::ElemFormat::kF32);
+    __syncthreads();  // the bf16 tile is visible; the staging buffer is free
+    if (i + 1 < n_tiles) issue(i + 1);
+
+    if (i == n_prefix) phase_scale = scale_log2;  // the own keys carry no global scale
+    if (i == n_prefix && has_prefix) {  // end of the prefix phase (warp-uniform)
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float x[D / 8][2];
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n) {
+            x[n][0] = o[mi][n][2 * r] * (v_scaled ? p.v_global_scale : 1.0f);
+            x[n][1] = o[mi][n][2 * r + 1] * (v_scaled ? p.v_global_scale : 1.0f);
+          }
+          if (rotated) hadamard_fragment_row<D>(x, t);
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n) o[mi][n][2 * r] = x[n][0], o[mi][n][2 * r + 1] = x[n][1];
+        }
+      }
+      if (rotated) load_q(false);
+    }
+
+    const int key0 = prefix ? i * kKeys : (i - n_prefix) * kKeys;
+    if (warp_active && (prefix || key0 <= warp_last_row)) {
+      float s[kM][T::kN][4];
+      qk_tile<D, T>(s, qf, q_warp, tile_k, k_lane, v_lane);
+      if (prefix) {
+        if (key0 + kKeys > cached_len) length_mask<T>(s, cached_len - key0, t);
+      } else {
+        causal_mask<T>(s, key0, warp_row0, g, t);
+      }
+      softmax_lazy<T>(s, m, l, o, phase_scale);
+      uint32_t pa[kKeys / 16][kM][4];
+      pack_p<T>(pa, s);
+      pv_tile<D, T>(o, pa, tile_v, v_lane);
+    }
+  }
+
+  // Normalize and store rows g, g + 8 of each row block (f32, two columns per store).
+  if (!warp_active) return;
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = l[mi][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = warp_row0 + 16 * mi + g + 8 * r;
+      if (row >= num_new) continue;
+      const float inv = 1.0f / sum;
+      float* out_row = p.out + (row0 + row) * q_cols + head * D;
+#pragma unroll
+      for (int n = 0; n < 2 * kD16; ++n) {
+        *reinterpret_cast<float2*>(out_row + 8 * n + 2 * t) =
+            make_float2(o[mi][n][2 * r] * inv, o[mi][n][2 * r + 1] * inv);
+      }
+    }
+  }
+}
+
+}  // namespace nibble::cuda::detail

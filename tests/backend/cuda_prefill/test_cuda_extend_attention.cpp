@@ -1,0 +1,374 @@
+// The tensor-core extend attention (cuda::extend_attention) against the CPU backend's f32 attention
+// (the oracle, through the seam) and against cuda::chunk_attention (the f32 CUDA-core kernel), on
+// one step with a cached prefix in every KV format (± Hadamard rotation) written by the CPU's
+// kv_write, so both sides read the same quantized bytes.
+//
+// Precision and tolerances. The quantized prefix tiles reach the tensor cores exactly (bf16, E4M3
+// and E2M1 × E4M3 values are bf16 values; the global scales g stay out of the tiles, see
+// extend_attention.h); what rounds is q (to bf16, after the Hadamard rotation when the cache is
+// rotated), an f32 prefix and the chunk's own f32 K/V (to bf16), and the probabilities P (to bf16,
+// unit roundoff u = 2^-8). As in test_cuda_prefill_attention (f32 inputs): the rounding of v and of
+// each p_i errs by <= u relative, |o| <= max|v| ~ 1, and the score perturbation from rounding q and
+// k is ~ scale·sqrt(head_dim·E[q²k²])·u ~ 1.5e-3 logits (q in [-3, 3], k in [-1, 1]); so
+// max |error| <= 1.5e-2 and RMS <= 3e-3. chunk_attention is f32 throughout (~2e-4 from the oracle),
+// so the same bounds hold against it. A tile decoded wrongly, a missed global scale, a key too many
+// or too few, or a wrong rotation moves outputs by O(0.1 - 1).
+//
+// Sweeps: formats f32 bf16 fp8 nvfp4 k8v4 × rotation none/hadamard × head_dim 64/128/256 × GQA 1/4/8
+// × page size 16/5/64, each a step of mixed sequences: prefill (prefix 0, lengths 1 and 65), extends
+// with prefixes 1, 33, 100, 257 (odd, page-unaligned) and chunks 2, 17, 129, 256, and a decode
+// sequence, whose output rows the kernel must leave untouched. Long prefixes: 4097 and 16000 with
+// chunks 300 to 2048, with v offset by 0.5 so the outputs do not average out to ~0. Unwritten pool bytes are 0xFF (NaN as f32/bf16), so a read past the prefix
+// shows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_step.h"
+#include "backend/cuda/extend_attention.h"
+#include "backend/cuda/prefill_attention.h"
+#include "backend/cuda_common/cuda_test_util.h"
+#include "backend/step_plan.h"
+#include "cache/page_layout.h"
+#include "common/error.h"
+
+namespace nibble::backend {
+namespace {
+
+using cuda::test::DeviceBuffer;
+using quant::KvDtype;
+using quant::Rotation;
+
+constexpr double kMaxTolerance = 1.5e-2;
+constexpr double kRmsTolerance = 3e-3;
+
+struct SeqSpec {
+  int64_t prefix = 0;
+  int64_t len = 1;
+};
+
+struct Case {
+  KvDtype dtype = KvDtype::kBF16;
+  Rotation rotation = Rotation::kNone;
+  int64_t head_dim = 128;
+  int64_t heads = 8;
+  int64_t kv_heads = 2;
+  int64_t page_size = 16;
+  std::vector<SeqSpec> seqs;
+  // Added to every v: with thousands of keys, zero-mean values average out to |o| ~ 1e-2, where a
+  // wrong scale of the prefix part would hide; an offset keeps |o| ~ v_offset.
+  float v_offset = 0.0f;
+};
+
+struct Errors {
+  double max_abs = 0.0;
+  double rms = 0.0;  // the worst sequence's
+};
+
+std::string describe(const Case& c) {
+  std::string d = std::string(quant::kv_dtype_name(c.dtype)) + (c.rotation == Rotation::kHadamard ? "+hadamard" : "") +
+                  " head_dim " + std::to_string(c.head_dim) + " heads " + std::to_string(c.heads) + "/" +
+                  std::to_string(c.kv_heads) + " page " + std::to_string(c.page_size) + " seqs";
+  for (const SeqSpec& s : c.seqs) d += " " + std::to_string(s.prefix) + "+" + std::to_string(s.len);
+  return d;
+}
+
+std::vector<float> random_floats(int64_t n, std::mt19937& rng, float scale) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+class CudaExtendAttention : public ::testing::Test {
+ protected:
+  void SetUp() override { NIBBLE_SKIP_WITHOUT_GPU(); }
+
+  struct Result {
+    Errors vs_cpu, vs_chunk;
+    int64_t decode_rows_touched = 0;  // decode rows of the extend kernel's output that are not NaN
+  };
+
+  Result run(const Case& c) {
+    const cache::PageLayout layout({.num_layers = 1, .kv_heads = c.kv_heads, .head_dim = c.head_dim}, c.dtype,
+                                   c.page_size);
+    // Non-trivial global scales (fp8 / nvfp4 apply them; the kernel folds them out of its tiles).
+    const cache::KvGlobalScales scales{{0.37f}, {1.7f}};
+    const int64_t kv_width = c.kv_heads * c.head_dim, q_width = c.heads * c.head_dim;
+    const size_t n = c.seqs.size();
+
+    std::vector<std::vector<int32_t>> pages(n), tokens(n);
+    int32_t num_pages = 0;
+    for (size_t i = 0; i < n; ++i) {
+      pages[i].resize((c.seqs[i].prefix + c.seqs[i].len + c.page_size - 1) / c.page_size);
+      for (int32_t& p : pages[i]) p = num_pages++;
+    }
+    std::vector<uint8_t> pool(static_cast<size_t>(num_pages * layout.page_bytes()), 0xFF);
+    const KvCacheView view{pool.data(), num_pages, &layout, &scales, c.rotation};
+
+    std::vector<SequenceStep> prefix_steps;
+    for (size_t i = 0; i < n; ++i) {
+      if (c.seqs[i].prefix == 0) continue;
+      tokens[i].assign(c.seqs[i].prefix, 1);
+      prefix_steps.push_back({.first_position = 0, .tokens = tokens[i], .pages = pages[i]});
+    }
+    if (!prefix_steps.empty()) {
+      const StepPlan plan = make_step_plan(prefix_steps, c.page_size, num_pages);
+      const auto k = random_floats(plan.total_tokens * kv_width, rng, 1.0f);
+      auto v = random_floats(plan.total_tokens * kv_width, rng, 1.0f);
+      for (float& x : v) x += c.v_offset;
+      auto step = cpu.plan(plan);
+      cpu.kv_write(*step, view, 0, {const_cast<float*>(k.data()), plan.total_tokens, kv_width},
+                   {const_cast<float*>(v.data()), plan.total_tokens, kv_width});
+    }
+
+    std::vector<SequenceStep> steps;
+    for (size_t i = 0; i < n; ++i) {
+      tokens[i].assign(c.seqs[i].len, 1);
+      steps.push_back({.first_position = c.seqs[i].prefix, .tokens = tokens[i], .pages = pages[i]});
+    }
+    const StepPlan plan = make_step_plan(steps, c.page_size, num_pages);
+    const int64_t t = plan.total_tokens;
+    const auto q = random_floats(t * q_width, rng, 3.0f);
+    const auto k = random_floats(t * kv_width, rng, 1.0f);
+    auto v = random_floats(t * kv_width, rng, 1.0f);
+    for (float& x : v) x += c.v_offset;
+    const AttentionShape shape{.num_heads = c.heads,
+                               .num_kv_heads = c.kv_heads,
+                               .head_dim = c.head_dim,
+                               .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    auto cstep = cpu.plan(plan);
+    cpu.kv_write(*cstep, view, 0, {const_cast<float*>(k.data()), t, kv_width},
+                 {const_cast<float*>(v.data()), t, kv_width});
+    std::vector<float> want(t * q_width);
+    cpu.attention(*cstep, view, 0, shape, {const_cast<float*>(q.data()), t, q_width},
+                  {const_cast<float*>(k.data()), t, kv_width}, {const_cast<float*>(v.data()), t, kv_width},
+                  {want.data(), t, q_width});
+
+    auto gstep = gpu->plan(plan);
+    const auto& g = dynamic_cast<const CudaPlannedStep&>(*gstep);
+    NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
+    DeviceBuffer dq = DeviceBuffer::from(q), dk = DeviceBuffer::from(k), dv = DeviceBuffer::from(v);
+    DeviceBuffer dpool = DeviceBuffer::from(pool);
+    DeviceBuffer dout = DeviceBuffer::from(std::vector<float>(t * q_width, NAN));
+    DeviceBuffer dchunk = DeviceBuffer::from(std::vector<float>(t * q_width, NAN));
+    int64_t max_new = 0;
+    for (const SeqSpec& s : c.seqs) max_new = std::max(max_new, s.len);
+    cuda::extend_attention({.q = dq.as<float>(),
+                            .k = dk.as<float>(),
+                            .v = dv.as<float>(),
+                            .out = dout.as<float>(),
+                            .seq_info = g.seq_info(),
+                            .num_seqs = plan.num_seqs(),
+                            .total_tokens = t,
+                            .max_new_tokens = max_new,
+                            .pool = dpool.as<uint8_t>(),
+                            .page_tables = g.page_tables(),
+                            .max_pages_per_seq = plan.max_pages_per_seq,
+                            .page_bytes = layout.page_bytes(),
+                            .k_layout = layout.k(0),
+                            .v_layout = layout.v(0),
+                            .k_global_scale = scales.k[0],
+                            .v_global_scale = scales.v[0],
+                            .rotation = c.rotation,
+                            .num_q_heads = c.heads,
+                            .num_kv_heads = c.kv_heads,
+                            .head_dim = c.head_dim,
+                            .softmax_scale = shape.scale,
+                            .include_prefill = true},
+                           nullptr);
+    cuda::chunk_attention({.q = dq.as<float>(),
+                           .k = dk.as<float>(),
+                           .v = dv.as<float>(),
+                           .out = dchunk.as<float>(),
+                           .work = g.chunk_work(),
+                           .num_work = g.num_chunk_work(),
+                           .seq_info = g.seq_info(),
+                           .num_seqs = plan.num_seqs(),
+                           .pool = dpool.as<uint8_t>(),
+                           .page_tables = g.page_tables(),
+                           .max_pages_per_seq = plan.max_pages_per_seq,
+                           .page_bytes = layout.page_bytes(),
+                           .k_layout = layout.k(0),
+                           .v_layout = layout.v(0),
+                           .k_global_scale = scales.k[0],
+                           .v_global_scale = scales.v[0],
+                           .rotation = c.rotation,
+                           .num_q_heads = c.heads,
+                           .num_kv_heads = c.kv_heads,
+                           .head_dim = c.head_dim,
+                           .softmax_scale = shape.scale},
+                          nullptr);
+    NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> got = dout.to_host<float>();
+    const std::vector<float> chunk = dchunk.to_host<float>();
+
+    Result r;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t first = plan.token_begin[i] * q_width, count = c.seqs[i].len * q_width;
+      if (c.seqs[i].prefix > 0 && c.seqs[i].len == 1) {  // decode: not the kernel's
+        for (int64_t e = first; e < first + count; ++e) r.decode_rows_touched += std::isnan(got[e]) ? 0 : 1;
+        continue;
+      }
+      for (auto [into, ref] : {std::pair<Errors*, const std::vector<float>*>{&r.vs_cpu, &want}, {&r.vs_chunk, &chunk}}) {
+        double sum_sq = 0.0;
+        for (int64_t e = first; e < first + count; ++e) {
+          const double d = std::isfinite(got[e]) ? std::fabs(static_cast<double>(got[e]) - (*ref)[e]) : INFINITY;
+          into->max_abs = std::max(into->max_abs, d);
+          sum_sq += d * d;
+        }
+        into->rms = std::max(into->rms, std::sqrt(sum_sq / static_cast<double>(count)));
+      }
+    }
+    return r;
+  }
+
+  void check(const Case& c) {
+    const Result r = run(c);
+    const std::string what = describe(c);
+    EXPECT_LE(r.vs_cpu.max_abs, kMaxTolerance) << what << " vs cpu";
+    EXPECT_LE(r.vs_cpu.rms, kRmsTolerance) << what << " vs cpu";
+    EXPECT_LE(r.vs_chunk.max_abs, kMaxTolerance) << what << " vs chunk_attention";
+    EXPECT_LE(r.vs_chunk.rms, kRmsTolerance) << what << " vs chunk_attention";
+    EXPECT_EQ(r.decode_rows_touched, 0) << what << ": decode rows written";
+    std::printf("  %-100s cpu max %.2e rms %.2e | chunk max %.2e\n", what.c_str(), r.vs_cpu.max_abs, r.vs_cpu.rms,
+                r.vs_chunk.max_abs);
+  }
+
+  CpuBackend cpu{{.num_threads = 0}};
+  std::unique_ptr<Backend> gpu = cuda::test::no_device_reason().empty() ? make_backend({.device = "cuda"}) : nullptr;
+  std::mt19937 rng{777};
+};
+
+constexpr KvDtype kDtypes[] = {KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4, KvDtype::kK8V4};
+
+class CudaExtendSweep : public CudaExtendAttention, public ::testing::WithParamInterface<int64_t> {};
+
+// Every format ± rotation × GQA 1/4/8 × page sizes, one mixed step each (prefill, extends with odd and
+// page-unaligned prefixes, a decode sequence).
+TEST_P(CudaExtendSweep, MixedStepsMatchCpuAndChunkAttention) {
+  const int64_t head_dim = GetParam();
+  const std::vector<SeqSpec> seqs{{.prefix = 0, .len = 1},    {.prefix = 1, .len = 17},   {.prefix = 33, .len = 256},
+                                  {.prefix = 100, .len = 2},  {.prefix = 50, .len = 1},   {.prefix = 257, .len = 129},
+                                  {.prefix = 0, .len = 65}};
+  int variant = 0;
+  for (const KvDtype dtype : kDtypes) {
+    for (const Rotation rotation : {Rotation::kNone, Rotation::kHadamard}) {
+      for (const auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {16, 2}}) {
+        const int64_t page_size = std::vector<int64_t>{16, 5, 64}[static_cast<size_t>(variant++ % 3)];
+        check({.dtype = dtype,
+               .rotation = rotation,
+               .head_dim = head_dim,
+               .heads = heads,
+               .kv_heads = kv_heads,
+               .page_size = page_size,
+               .seqs = seqs});
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaExtendSweep, ::testing::Values(64, 128, 256),
+                         [](const auto& info) { return "head_dim_" + std::to_string(info.param); });
+
+// A few small steps, the sweep compute-sanitizer (memcheck, racecheck) runs: every head_dim, a
+// rotated nvfp4 and a k8v4 cache, pages shorter than a key tile.
+TEST_F(CudaExtendAttention, SmallStepsForSanitizers) {
+  const std::vector<SeqSpec> seqs{{.prefix = 0, .len = 3}, {.prefix = 37, .len = 70}, {.prefix = 9, .len = 1},
+                                  {.prefix = 130, .len = 5}};
+  for (const int64_t head_dim : {64, 128, 256}) {
+    check({.dtype = KvDtype::kNVFP4, .rotation = Rotation::kHadamard, .head_dim = head_dim, .heads = 8,
+           .kv_heads = 2, .page_size = 5, .seqs = seqs});
+    check({.dtype = KvDtype::kK8V4, .head_dim = head_dim, .heads = 2, .kv_heads = 2, .page_size = 16, .seqs = seqs});
+  }
+}
+
+// Long prefixes (many prefix tiles, page-unaligned ends) and long chunks (many own tiles).
+TEST_F(CudaExtendAttention, LongPrefixesMatchCpu) {
+  // v in [-0.5, 1.5]: |o| ~ 0.5, so every part of the sum shows (P rounding then errs <= 2^-8 · 1.5).
+  check({.dtype = KvDtype::kBF16,
+         .head_dim = 128,
+         .heads = 8,
+         .kv_heads = 2,
+         .seqs = {{.prefix = 16000, .len = 300}},
+         .v_offset = 0.5f});
+  check({.dtype = KvDtype::kNVFP4,
+         .rotation = Rotation::kHadamard,
+         .head_dim = 128,
+         .heads = 8,
+         .kv_heads = 2,
+         .page_size = 64,
+         .seqs = {{.prefix = 16000, .len = 300}, {.prefix = 4097, .len = 1000}},
+         .v_offset = 0.5f});
+  check({.dtype = KvDtype::kK8V4,
+         .head_dim = 64,
+         .heads = 8,
+         .kv_heads = 1,
+         .seqs = {{.prefix = 4097, .len = 2048}},
+         .v_offset = 0.5f});
+  check({.dtype = KvDtype::kFP8,
+         .head_dim = 256,
+         .heads = 4,
+         .kv_heads = 1,
+         .seqs = {{.prefix = 4097, .len = 1000}, {.prefix = 0, .len = 700}},
+         .v_offset = 0.5f});
+}
+
+// Host-side validation: runs without a GPU (nothing is launched before the checks).
+TEST(CudaExtendAttentionValidation, BadArgumentsAreErrorsNamingTheProblem) {
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = 2, .head_dim = 128}, KvDtype::kNVFP4, 16);
+  alignas(16) float dummy[4] = {};
+  const cuda::ExtendAttentionParams good{.q = dummy,
+                                         .k = dummy,
+                                         .v = dummy,
+                                         .out = dummy,
+                                         .seq_info = reinterpret_cast<const int32_t*>(dummy),
+                                         .num_seqs = 1,
+                                         .total_tokens = 4,
+                                         .pool = reinterpret_cast<const uint8_t*>(dummy),
+                                         .page_tables = reinterpret_cast<const int32_t*>(dummy),
+                                         .max_pages_per_seq = 1,
+                                         .page_bytes = layout.page_bytes(),
+                                         .k_layout = layout.k(0),
+                                         .v_layout = layout.v(0),
+                                         .num_q_heads = 8,
+                                         .num_kv_heads = 2,
+                                         .head_dim = 128,
+                                         .softmax_scale = 0.1f};
+  const auto expect_error = [](cuda::ExtendAttentionParams p, const std::string& needle) {
+    try {
+      cuda::extend_attention(p, nullptr);
+      ADD_FAILURE() << "accepted; expected an error mentioning '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto p = good;
+  p.head_dim = 96;
+  expect_error(p, "head_dim must be 64, 128 or 256");
+  p = good;
+  p.num_kv_heads = 3;
+  expect_error(p, "not a positive multiple of 3 kv heads");
+  p = good;
+  p.pool = nullptr;
+  expect_error(p, "pool false");
+  p = good;
+  p.num_kv_heads = 4;
+  expect_error(p, "K layout is 2 kv heads");
+  p = good;
+  p.max_new_tokens = 5;
+  expect_error(p, "max_new_tokens 5");
+  p = good;
+  p.v_global_scale = 0.0f;
+  expect_error(p, "global scales must be positive");
+  EXPECT_TRUE(cuda::extend_attention_supports_head_dim(256));
+  EXPECT_FALSE(cuda::extend_attention_supports_head_dim(32));
+}
+
+}  // namespace
+}  // namespace nibble::backend
