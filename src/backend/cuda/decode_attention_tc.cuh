@@ -256,6 +256,10 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
 
 // The 8 codes of x -> the fp16x2 patterns (E2M1 · 2^-14) of the pairs (codes p, p + 4), p = 0..3,
 // through high bytes (e2m1_decode.h): 11 integer ops for the 4 pairs.
+// Tried and rejected (H200, 2026-11-30, graph replays): each pair as (x << a & 0x80008000) |
+// (x << b & 0x0E000E00) with the shifts as mul.lo / mul.hi (to move them to the FMA pipe): the
+// 32-token nvfp4 build went from 335 LOP3 + 80 PRMT + 524 IMAD to 399 + 16 + 686 SASS, and nvfp4
+// slowed everywhere: 32 x 32K GQA 4 420.6 -> 481.3 us, 1 x 16K 17.7 -> 18.5, 8 x 1K 14.4 -> 14.8.
 __device__ __forceinline__ void e2m1x8_pairs(uint32_t x, uint32_t (&pairs)[4]) {
   uint32_t lo_highs, hi_highs;
   e2m1x8_high_bytes(x, lo_highs, hi_highs);

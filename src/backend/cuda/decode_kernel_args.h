@@ -44,6 +44,12 @@ struct DecodeKernelArgs {
 
 // ---- the tensor-core decode kernel's geometry (decode_attention_tc.cuh), plain C++ so that the host
 // (split plan, benchmark) can size the grid from the same numbers the kernel uses -----------------
+// Warps per block. 8-warp blocks for nvfp4 d128 (the same per-warp loop, an item's steps over twice
+// the warps, no more items) were measured and rejected (H200, 2026-11-30, graph replays, GQA 4):
+// a tie where the plan puts 1 block per SM (1 x 4K, 256-token items: 11.6 vs 11.6 us), slower at 2
+// per SM (1 x 16K 20.7 vs 17.8, 8 x 1K 16.5 vs 14.4; not profiled: two such blocks fill the RF);
+// faster only for few long items (1 x 4K forced to 1024-token items: 16.0 vs 18.7), which lose
+// to the plan's own split anyway.
 inline constexpr int kTcWarps = 4;                 // warps per block; each streams its own 16-token chunks
 inline constexpr int kTcThreads = 32 * kTcWarps;
 inline constexpr int kTcChunk = 16;                // tokens per warp step (one PV k-step, two QK n-tiles)

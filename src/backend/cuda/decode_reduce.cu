@@ -30,6 +30,9 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(DecodeKer
   float* rows = reinterpret_cast<float*>(smem_f4);  // [kReduceWarps][head_dim]
   float* m_w = rows + kReduceWarps * head_dim;       // [kReduceWarps]
   float* l_w = m_w + kReduceWarps;                   // [kReduceWarps]
+  // The next kernel (the o GEMV, launched programmatically) may be scheduled now: it loads its
+  // first weights and then waits for this grid before reading the attention output.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int seq = blockIdx.x, head = blockIdx.y;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // The plan is the step's (uploaded before it, written by no kernel): read before the wait.
