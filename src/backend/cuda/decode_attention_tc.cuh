@@ -256,7 +256,11 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
 
 // The 8 codes of x -> the fp16x2 patterns (E2M1 · 2^-14) of the pairs (codes p, p + 4), p = 0..3,
 // through high bytes (e2m1_decode.h): 11 integer ops for the 4 pairs.
-// Tried and rejected (H200, 2026-11-30, graph replays): each pair as (x << a & 0x80008000) |
+// Tried and rejected (H200, 2026-11-30, graph replays): K (and V) codes as E4M3 bytes (s<<7 |
+// (e1 e0 m)<<2 = E2M1 · 2^-6) through the hardware e4m3x2 -> f16x2 convert, the raw scale pattern
+// exact in f16: bit-identical products, but more SASS (a shift per high-half convert) and slower:
+// 32 x 32K GQA 4 424.4 -> 445.1 (K) / 465.0 (K+V) us, 1 x 16K 17.9 -> 18.1 / 18.5.
+// Also rejected: each pair as (x << a & 0x80008000) |
 // (x << b & 0x0E000E00) with the shifts as mul.lo / mul.hi (to move them to the FMA pipe): the
 // 32-token nvfp4 build went from 335 LOP3 + 80 PRMT + 524 IMAD to 399 + 16 + 686 SASS, and nvfp4
 // slowed everywhere: 32 x 32K GQA 4 420.6 -> 481.3 us, 1 x 16K 17.7 -> 18.5, 8 x 1K 14.4 -> 14.8.
