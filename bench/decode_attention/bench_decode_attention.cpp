@@ -63,6 +63,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "device_arena.h"
 #include "device_mem.h"
+#include "event_timing.h"
 #include "backend/cuda/decode_attention.h"
 #include "backend/cuda/decode_kernel_args.h"
 #include "backend/cuda/kv_write.h"
@@ -107,35 +108,11 @@ using nibble::bench::ArenaLayout;
 using nibble::bench::DeviceArena;
 using nibble::bench::DeviceMem;
 
-// Median seconds per call of fn(copy) over 11 samples of `reps` calls each (after a warm-up),
-// launched eagerly from the host on the default stream.
+// Median seconds per call of fn(copy), launched eagerly from the host (event_timing.h: samples of
+// >= ~0.3 ms, at most 200 calls, 3 warm-up calls), copies rotated call by call.
 template <typename Fn>
 double median_seconds(Fn&& fn, int copies) {
-  cudaEvent_t start, stop;
-  NIBBLE_CUDA_CHECK(cudaEventCreate(&start));
-  NIBBLE_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) fn(i % copies);
-  NIBBLE_CUDA_CHECK(cudaEventRecord(start));
-  fn(0);
-  NIBBLE_CUDA_CHECK(cudaEventRecord(stop));
-  NIBBLE_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  NIBBLE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  const int reps = std::clamp(static_cast<int>(std::ceil(0.3 / std::max(ms, 1e-4f))), 1, 200);  // >= ~0.3 ms/sample
-  std::vector<double> samples;
-  int call = 1;
-  for (int s = 0; s < 11; ++s) {
-    NIBBLE_CUDA_CHECK(cudaEventRecord(start));
-    for (int r = 0; r < reps; ++r) fn(call++ % copies);
-    NIBBLE_CUDA_CHECK(cudaEventRecord(stop));
-    NIBBLE_CUDA_CHECK(cudaEventSynchronize(stop));
-    NIBBLE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    samples.push_back(ms * 1e-3 / reps);
-  }
-  NIBBLE_CUDA_CHECK(cudaEventDestroy(start));
-  NIBBLE_CUDA_CHECK(cudaEventDestroy(stop));
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2];
+  return nibble::bench::median_seconds_per_call([&](int n) { fn(n % copies); }, 0.3, 200, 3);
 }
 
 // Median seconds per call of fn(copy, stream) replayed from a CUDA graph: after 3 eager warm-up

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
-#include "bench_timing.h"
+#include "event_timing.h"
 #include "device_mem.h"
 #include "extend_bench.h"
 #include "backend/cuda/prefill_attention.h"

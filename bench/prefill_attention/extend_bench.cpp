@@ -16,7 +16,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/extend_attention.h"
 #include "backend/cuda/prefill_attention.h"
-#include "bench_timing.h"
+#include "event_timing.h"
 #include "cache/page_layout.h"
 #include "device_mem.h"
 #include "quant/kv_format.h"

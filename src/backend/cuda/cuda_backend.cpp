@@ -427,6 +427,32 @@ void CudaBackend::gather_logit_rows(const PlannedStep& step, Tensor x, Tensor ou
   recorder_.op({7, tsig(x), tsig(out), sig(s.logit_rows())}, [this, params] { cuda::gather_rows(params, stream_); });
 }
 
+namespace {
+
+// The write of layer `layer`'s new K/V rows (f32 activations) into the step's pages.
+cuda::KvWriteParams kv_write_params(const CudaPlannedStep& s, const KvCacheView& cache, int64_t layer, Tensor k,
+                                    Tensor v) {
+  const StepPlan& plan = s.host();
+  return cuda::KvWriteParams{.k = k.data,
+                             .v = v.data,
+                             .input_dtype = cuda::ActivationDtype::kF32,
+                             .positions = s.positions(),
+                             .row_sequence = s.row_sequence(),
+                             .page_tables = s.page_tables(),
+                             .pool = cache.pool,
+                             .num_tokens = plan.total_tokens,
+                             .max_pages_per_seq = plan.max_pages_per_seq,
+                             .page_bytes = cache.layout->page_bytes(),
+                             .k_layout = cache.layout->k(layer),
+                             .v_layout = cache.layout->v(layer),
+                             .k_global_scale = cache.scales->k[layer],
+                             .v_global_scale = cache.scales->v[layer],
+                             .rotation = cache.rotation,
+                             .nvfp4_scale_rule = cache.nvfp4_scale_rule};
+}
+
+}  // namespace
+
 void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, int64_t layer, Tensor k, Tensor v) {
   const CudaPlannedStep& s = cuda_step(step, "kv_write");
   const StepPlan& plan = s.host();
@@ -434,23 +460,8 @@ void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, in
   const cache::KvGeometry& g = cache.layout->geometry();
   check_kv_shape("kv_write", "k", plan, g, k);
   check_kv_shape("kv_write", "v", plan, g, v);
-  const cuda::KvWriteParams params{.k = k.data,
-                                   .v = v.data,
-                                   .input_dtype = cuda::ActivationDtype::kF32,
-                                   .positions = s.positions(),
-                                   .row_sequence = s.row_sequence(),
-                                   .page_tables = s.page_tables(),
-                                   .pool = cache.pool,
-                                   .num_tokens = plan.total_tokens,
-                                   .max_pages_per_seq = plan.max_pages_per_seq,
-                                   .page_bytes = cache.layout->page_bytes(),
-                                   .k_layout = cache.layout->k(layer),
-                                   .v_layout = cache.layout->v(layer),
-                                   .k_global_scale = cache.scales->k[layer],
-                                   .v_global_scale = cache.scales->v[layer],
-                                   .rotation = cache.rotation,
-                                   .nvfp4_scale_rule = cache.nvfp4_scale_rule,
-                                   .programmatic_launch = small_op_fusion_};
+  cuda::KvWriteParams params = kv_write_params(s, cache, layer, k, v);
+  params.programmatic_launch = small_op_fusion_;
   const bool fused = fused_kv_kernels_support(g.head_dim);
   recorder_.op({8, tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
                 sig(params.k_global_scale), sig(params.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
@@ -482,27 +493,12 @@ void CudaBackend::rope_kv_write(const PlannedStep& step, const KvCacheView& cach
   NIBBLE_CHECK(q.rows == plan.total_tokens && q.cols % head_dim == 0,
                "rope_kv_write: q is [{}, {}], expected {} rows of a multiple of head_dim {}", q.rows, q.cols,
                plan.total_tokens, head_dim);
-  const cuda::KvWriteParams params{.k = k.data,
-                                   .v = v.data,
-                                   .input_dtype = cuda::ActivationDtype::kF32,
-                                   .positions = s.positions(),
-                                   .row_sequence = s.row_sequence(),
-                                   .page_tables = s.page_tables(),
-                                   .pool = cache.pool,
-                                   .num_tokens = plan.total_tokens,
-                                   .max_pages_per_seq = plan.max_pages_per_seq,
-                                   .page_bytes = cache.layout->page_bytes(),
-                                   .k_layout = cache.layout->k(layer),
-                                   .v_layout = cache.layout->v(layer),
-                                   .k_global_scale = cache.scales->k[layer],
-                                   .v_global_scale = cache.scales->v[layer],
-                                   .rotation = cache.rotation,
-                                   .nvfp4_scale_rule = cache.nvfp4_scale_rule,
-                                   .rope_inv_freq = inv_freq.data,
-                                   .q = q.data,
-                                   .q_heads = q.cols / head_dim,
-                                   .k_rotated = k.data,
-                                   .programmatic_launch = true};
+  cuda::KvWriteParams params = kv_write_params(s, cache, layer, k, v);
+  params.rope_inv_freq = inv_freq.data;  // RoPE of q and k fused in; the rotated k is written back
+  params.q = q.data;
+  params.q_heads = q.cols / head_dim;
+  params.k_rotated = k.data;
+  params.programmatic_launch = true;
   recorder_.op({16, tsig(q), tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
                 sig(params.k_global_scale), sig(params.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
                 sig(s.positions()), sig(s.page_tables()), sig_i(static_cast<int64_t>(cache.nvfp4_scale_rule)),

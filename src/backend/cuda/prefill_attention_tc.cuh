@@ -213,25 +213,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if ((num_tiles - 1) * kKeys <= warp_last_row) pv_tile<D, T>(o, pa, v_tile(num_tiles - 1), v_lane);
   }
 
-  // Normalize and store rows g, g + 8 of each row block (f32, two columns per store).
-#pragma unroll
-  for (int mi = 0; mi < kM; ++mi) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sum = l[mi][r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int row = warp_row0 + 16 * mi + g + 8 * r;
-      if (row >= num_new) continue;
-      const float inv = 1.0f / sum;
-      float* out_row = p.out + (row0 + row) * q_cols + head * D;
-#pragma unroll
-      for (int n = 0; n < 2 * kD16; ++n) {
-        *reinterpret_cast<float2*>(out_row + 8 * n + 2 * t) =
-            make_float2(o[mi][n][2 * r] * inv, o[mi][n][2 * r + 1] * inv);
-      }
-    }
-  }
+  // Normalize and store rows g, g + 8 of each row block.
+  store_normalized_rows<D, T>(o, l, p.out + row0 * q_cols + head * D, q_cols, warp_row0, num_new, g, t);
 }
 
 // K and V f32 [rows][cols] -> bf16 (round to nearest even) into out [2][rows][cols]; n = rows * cols,

@@ -312,4 +312,31 @@ __device__ __forceinline__ void pv_tile(float (&o)[T::kM][2 * T::kD16][4],
   }
 }
 
+// The epilogue: O / l for rows g, g + 8 of each of the warp's row blocks (row = warp_row0 + 16 mi +
+// g + 8 r among the sequence's new tokens; rows >= num_new are not stored), f32, two columns per
+// store. out_head: the output of the sequence's first new token at this head; q_cols: the row stride.
+template <int D, typename T>
+__device__ __forceinline__ void store_normalized_rows(const float (&o)[T::kM][2 * T::kD16][4],
+                                                      const float (&l)[T::kM][2], float* out_head, int64_t q_cols,
+                                                      int warp_row0, int64_t num_new, int g, int t) {
+#pragma unroll
+  for (int mi = 0; mi < T::kM; ++mi) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = l[mi][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = warp_row0 + 16 * mi + g + 8 * r;
+      if (row >= num_new) continue;
+      const float inv = 1.0f / sum;
+      float* out_row = out_head + row * q_cols;
+#pragma unroll
+      for (int n = 0; n < 2 * T::kD16; ++n) {
+        *reinterpret_cast<float2*>(out_row + 8 * n + 2 * t) =
+            make_float2(o[mi][n][2 * r] * inv, o[mi][n][2 * r + 1] * inv);
+      }
+    }
+  }
+}
+
 }  // namespace nibble::cuda::detail
