@@ -34,7 +34,7 @@
 // issues q loads and its first copies; it triggers its dependents (the split merge) at its start.
 // A stage = K data [16][kKRow] | K scales [16][kKScaleRow] | V data [16][kVRow] | V scales [16][..];
 // data regions are XOR-swizzled in 16-byte pieces within 128-byte lines (k_swz / v_swz) so the
-// fragment reads are free of bank conflicts.
+// fragment reads are free of bank conflicts; the copies that fill a stage: decode_tile_copy.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -43,6 +43,7 @@
 
 #include "backend/cuda/decode_attention.cuh"  // cp.async helpers, hadamard_rows_smem
 #include "backend/cuda/decode_kernel_args.h"
+#include "backend/cuda/decode_tile_copy.cuh"
 #include "backend/cuda/e2m1_decode.h"
 
 namespace nibble::cuda::detail {
@@ -87,125 +88,6 @@ struct TcTraits {
   static_assert(kStageBytes == kKBytes + kKScaleBytes + kVBytes + kVScaleBytes, "stage layout");
   static_assert(kKScaleBytes % 16 == 0 && kVScaleBytes % 16 == 0, "regions are whole 16-byte pieces");
 };
-
-// ---- swizzles: logical byte offset inside a data region -> physical offset ---------------------------
-// K reads: thread (g, c) reads 16-byte pieces 4j + c of row g; rows g, g+1 share a phase, so rows of
-// >= 128 bytes flip piece bit 2 on odd rows.
-template <int kRow>
-__device__ __forceinline__ int k_swz(int b) {
-  if constexpr (kRow >= 128) {
-    return b ^ (((b / kRow) & 1) << 6);
-  } else {
-    return b;
-  }
-}
-// V reads: thread (g, c) reads dims [g·D/8, (g+1)·D/8) of rows 2c (+1, +8, +9): rows 2 apart share a
-// phase, so the XOR depends on (row >> 1) & 3, spread around the piece bit that separates g, g+1.
-template <int kRow>
-__device__ __forceinline__ int v_swz(int b) {
-  int f;
-  if constexpr (kRow >= 128) {
-    constexpr int kPiecesPerG = kRow / 128;
-    constexpr int kBit = kPiecesPerG == 1 ? 0 : (kPiecesPerG == 2 ? 1 : 2);
-    const int t = ((b / kRow) >> 1) & 3;
-    f = (t & ((1 << kBit) - 1)) | ((t >> kBit) << (kBit + 1));
-  } else if constexpr (kRow == 64) {
-    f = 2 * ((b >> 7) & 3);
-  } else {
-    f = 2 * ((b >> 7) & 1);
-  }
-  return b ^ (f << 4);
-}
-
-__device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* global_src, int src_bytes) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(src_bytes));
-}
-
-// Copies one region of a 16-token chunk (rows contiguous in the page) into a stage, one warp.
-// kSwz: 0 none (scales), 1 K, 2 V. kFull: all 16 tokens are valid (every chunk but a sequence's
-// last): plain 16-byte copies, no size arithmetic. Otherwise bytes of tokens past n_valid are
-// zero-filled (cp.async src-size), data and scales alike, so no byte past a sequence's end reaches
-// the arithmetic.
-template <int kRow, int kSwz, bool kFull>
-__device__ __forceinline__ void copy_region(uint8_t* dst, const uint8_t* src, int n_valid, int lane) {
-  const uint8_t* src_lane = src + 16 * lane;  // full path: one 64-bit add per region, not per piece
-  constexpr int kPieces = kTcChunk * kRow / 16;
-  constexpr int kPerLane = (kPieces + 31) / 32;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int p = lane + 32 * i;
-    if (kPieces % 32 == 0 || p < kPieces) {
-      const int b = p * 16;
-      const int phys = kSwz == 1 ? k_swz<kRow>(b) : (kSwz == 2 ? v_swz<kRow>(b) : b);
-      if constexpr (kFull) {
-        cp_async16(dst + phys, src_lane + 512 * i);
-      } else {
-        const int valid = n_valid * kRow - b;
-        cp_async16_zfill(dst + phys, src + b, valid >= 16 ? 16 : (valid > 0 ? valid : 0));
-      }
-    }
-  }
-}
-
-// One 16-token chunk (K data, K scales, V data, V scales) from the page at `page_base`, token slot
-// `slot` onward, into stage `st`.
-template <typename T, bool kFull>
-__device__ __forceinline__ void copy_chunk(uint8_t* st, const uint8_t* page_base, int slot, int k_off, int ks_off,
-                                           int v_off, int vs_off, int n_valid, int lane) {
-  copy_region<T::kKRow, 1, kFull>(st, page_base + (k_off + slot * T::kKRow), n_valid, lane);
-  if constexpr (T::kKScaleRow > 0)
-    copy_region<T::kKScaleRow, 0, kFull>(st + T::kKBytes, page_base + (ks_off + slot * T::kKScaleRow), n_valid,
-                                                lane);
-  st += T::kKBytes + T::kKScaleBytes;
-  copy_region<T::kVRow, 2, kFull>(st, page_base + (v_off + slot * T::kVRow), n_valid, lane);
-  if constexpr (T::kVScaleRow > 0)
-    copy_region<T::kVScaleRow, 0, kFull>(st + T::kVBytes, page_base + (vs_off + slot * T::kVScaleRow), n_valid,
-                                                 lane);
-}
-
-// ---- lean chunk copy (TcTraits::kLeanCopy: nvfp4, head_dim 128) -------------------------------------
-// A stage is K data [16][64] | K scales [16][8] | V data [16][64] | V scales [16][8] (2304 bytes).
-// Lane l copies K pieces l and l + 32 (rows 0-7, 8-15), V pieces l and l + 32 (v_swz: the XOR is
-// the same for both, (l / 8) & 3 picks it), and lanes 0-15 one scale piece each (0-7 K, 8-15 V).
-// Every offset but the slot's is fixed per lane, so a chunk costs three 32-bit adds, three 64-bit
-// adds and 5 cp.async (4 + 1 predicated) per lane.
-struct LeanCopyLane {
-  uint32_t src_k, src_v, src_s;       // byte offsets from the page start at slot 0 (unsigned: no sign
-                                      // extension when added to the 64-bit page address)
-  uint32_t dst_k, dst_v, dst_s;       // byte offsets from the stage start
-};
-
-template <typename T>
-__device__ __forceinline__ LeanCopyLane lean_copy_lane(int lane, int k_off, int ks_off, int v_off, int vs_off) {
-  static_assert(T::kKRow == 64 && T::kVRow == 64 && T::kKScaleRow == 8 && T::kVScaleRow == 8, "nvfp4 d128 rows");
-  LeanCopyLane c;
-  c.src_k = k_off + 16 * lane;
-  c.src_v = v_off + 16 * lane;
-  c.src_s = lane < 8 ? ks_off + 16 * lane : vs_off + 16 * (lane - 8);
-  c.dst_k = 16 * lane;  // k_swz is the identity for rows under 128 bytes
-  c.dst_v = T::kKBytes + T::kKScaleBytes + v_swz<T::kVRow>(16 * lane);
-  c.dst_s = lane < 8 ? T::kKBytes + 16 * lane : T::kKBytes + T::kKScaleBytes + T::kVBytes + 16 * (lane - 8);
-  return c;
-}
-
-__device__ __forceinline__ void cp_async16_s(uint32_t smem_dst, const void* global_src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_dst), "l"(global_src));
-}
-
-// One full 16-token chunk, token slot `slot` of the page at `page_base`, into the stage at shared
-// address `stage` (lean_copy_lane's layout).
-template <typename T>
-__device__ __forceinline__ void lean_copy_chunk(uint32_t stage, const uint8_t* page_base, uint32_t slot,
-                                                const LeanCopyLane& c, int lane) {
-  const uint8_t* pk = page_base + (c.src_k + slot * T::kKRow);
-  const uint8_t* pv = page_base + (c.src_v + slot * T::kVRow);
-  cp_async16_s(stage + c.dst_k, pk);
-  cp_async16_s(stage + c.dst_k + 512, pk + 512);
-  cp_async16_s(stage + c.dst_v, pv);
-  cp_async16_s(stage + c.dst_v + 512, pv + 512);
-  if (lane < 16) cp_async16_s(stage + c.dst_s, page_base + (c.src_s + slot * T::kKScaleRow));
-}
 
 // 2^x on the special-function unit (x <= 0 here; -inf -> 0, results below 2^-126 flush to 0).
 __device__ __forceinline__ float fast_exp2(float x) {
