@@ -54,8 +54,10 @@ TEST(BenchAgainstServe, CapBelowWhatTheServerRunsIsClientLimited) {
   ServeProcess serve({"--kv-pages", "64", "--max-running", "8"});
   ASSERT_FALSE(serve.base_url().empty()) << serve.log();
   // Long enough outputs that the requests spend their time in the scheduler, not in HTTP parsing.
+  // Sampled every 20 ms: a request waits for the next engine step only briefly, but under ASan a step
+  // is slow enough that 5 ms sampling caught that wait in 3+ samples (the capacity rule's minimum).
   const BenchRun r = bench(serve.base_url(), "--workload random --input-len 8 --output-len 96 --num-requests 8 "
-                                             "--max-concurrency 2 --metrics-interval 0.005 --seed 1");
+                                             "--max-concurrency 2 --metrics-interval 0.02 --seed 1");
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_EQ(r.json["completed"], 8) << r.out;
   EXPECT_EQ(r.json["failed"], 0) << r.out;
