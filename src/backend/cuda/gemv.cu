@@ -80,6 +80,19 @@ struct Config {
   static constexpr int kU = kMats * kRows == 1 ? 8 : (kMats * kRows <= 8 ? 4 : 2);
 };
 
+// One block fills an SM (~102 registers × 512 threads), so under PDL the next kernel's blocks become
+// resident only as this kernel's blocks exit. Tried to let two blocks co-reside, all slower (H200,
+// bench_model_decode --contexts 1024 --kv bf16 --steps 8 --modes 0, ms/token; this kernel 4.61-4.70):
+//   __launch_bounds__(512, 2), half the loads in flight: 4.95;
+//   the in-flight weights in a shared-memory ring instead of registers (8 warps per block, per-warp
+//   rings filled by cp.async.bulk with one mbarrier per stage, all stages issued before
+//   griddepcontrol.wait, ≤ 110 KiB so two blocks fit; bit-identical sums): best 4.783 with 4 KiB
+//   stages (LM head alone 90.9% of the read bandwidth against 93%); 2 KiB stages 4.79-5.61; 200 KiB
+//   (no co-residency) 5.04; per-lane cp.async instead of bulk copies 5.17-5.88. The per-SM rate grew
+//   with warps per SM and stage size, not with bytes in flight (80 vs 110 KiB: same). The overlap
+//   did happen (the ring lost 8.8 µs per layer with products timed alone, ~5 in the graph), but even
+//   at this kernel's streaming rate it would gain ~0.13 ms/token;
+//   two batches issued before griddepcontrol.wait: 4.665 / 4.656 against 4.698 / 4.630 (no gain).
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;
