@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_kernel_args.h"
@@ -74,6 +75,9 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
                plan.num_work, plan.seq_work_offset.size());
   NIBBLE_CHECK(p.page_bytes > 0 && p.page_bytes % 16 == 0,
                "decode attention: page_bytes must be a positive multiple of 16, got {}", p.page_bytes);
+  // The tensor-core kernel forms page addresses as a 32 x 32 -> 64-bit product (page index · page_bytes).
+  NIBBLE_CHECK(p.page_bytes <= INT32_MAX, "decode attention: page_bytes {} exceeds the CUDA kernels' limit {}",
+               p.page_bytes, INT32_MAX);
   NIBBLE_CHECK(p.max_pages_per_seq > 0, "decode attention: max_pages_per_seq must be > 0, got {}", p.max_pages_per_seq);
   validate_part(p.k_layout, "K", p.page_bytes);
   validate_part(p.v_layout, "V", p.page_bytes);

@@ -397,18 +397,30 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   const cache::KvPartLayout& KL = a.k_layout;
   const cache::KvPartLayout& VL = a.v_layout;
 
-  // Chunk cursor of this warp: its next chunk to copy (tokens cursor_tok .. +15), the page-table index
-  // and slot of that token, and the page, read one chunk ahead of its use. Advancing needs no
-  // division; all offsets inside a page are 32-bit.
+  // Chunk cursor of this warp: its next chunk to copy (tokens cursor_tok .. +15), the page-table entry
+  // and slot of that token, and the page, read ahead of its use. Advancing needs no division; all
+  // offsets inside a page are 32-bit. (The entry as a pointer rather than an index: the index form
+  // recomputed the 64-bit address from seq · max_pages_per_seq at every lookup.)
+  // ncu, nvfp4 d128, 32 x 32K GQA 4 (H200, 2026-11-30): the copy + cursor code was 155 of 943
+  // instructions per 32-token step and 28% of the stall samples (a page walk loop, the page lookup
+  // waited for by the next copy, int64 address math). With the constant-time advance, the late second
+  // copy, the pointer, the 32-bit page base and the branch-free scale copy: 472 -> 445 instructions
+  // per 16 tokens, kernel 420 -> 394 us, DRAM 60 -> 64% (graph replays 424 -> 397 us).
   const int page_size = static_cast<int>(KL.page_size);
   const int k_off = static_cast<int>(KL.data_at(kv_head, 0));
   const int ks_off = static_cast<int>(KL.scales_at(kv_head, 0));
   const int v_off = static_cast<int>(VL.data_at(kv_head, 0));
   const int vs_off = static_cast<int>(VL.scales_at(kv_head, 0));
   int cursor_tok = begin + warp * kStepTokens;
-  int cursor_pidx = cursor_tok / page_size;
-  int cursor_slot = cursor_tok - cursor_pidx * page_size;
-  int32_t cursor_page = cursor_tok < end ? page_table[cursor_pidx] : 0;
+  const int cursor_pidx0 = cursor_tok / page_size;
+  int cursor_slot = cursor_tok - cursor_pidx0 * page_size;
+  const int32_t* cursor_pt = page_table + cursor_pidx0;  // the page-table entry of cursor_tok
+  int32_t cursor_page = cursor_tok < end ? *cursor_pt : 0;
+  // The advance to the warp's next step (kNextStep tokens) in whole pages and remaining slots: a
+  // constant-time cursor update (page_size is a multiple of 16, so a 16-token advance wraps exactly).
+  constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);
+  const int next_pages = kNextStep / page_size;
+  const int next_slots = kNextStep - next_pages * page_size;
   // Launched programmatically (PDL): everything above reads only the step's plan and page tables,
   // which no kernel of the step writes; q and the KV pages are the previous kernels' outputs.
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -436,27 +448,35 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   // zero-filled from the last page read: its scores are masked and its V is zero.
   auto issue = [&](int slot, int advance) {
     const int n_valid = min(kTcChunk, end - cursor_tok);
-    const uint8_t* page_base = a.pool + static_cast<int64_t>(cursor_page) * a.page_bytes;
+    // 32-bit page index and page size (both checked on the host), one 32 x 32 -> 64-bit multiply:
+    // the int64 form cost a sign extension and two more multiplies per pointer.
+    const uint8_t* page_base =
+        a.pool + static_cast<uint64_t>(static_cast<uint32_t>(cursor_page)) * static_cast<uint32_t>(a.page_bytes);
     uint8_t* st = ring + slot * T::kStageBytes;
     if (T::kLeanCopy && n_valid == kTcChunk) {  // warp-uniform
-      lean_copy_chunk<T>(ring_s + slot * T::kStageBytes, page_base, static_cast<uint32_t>(cursor_slot), lean, lane);
+      lean_copy_chunk<T>(ring_s + slot * T::kStageBytes, page_base, static_cast<uint32_t>(cursor_slot), lean);
     } else if (T::kFastCopy && n_valid == kTcChunk) {  // warp-uniform
       copy_chunk<T, true>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
     } else {
       copy_chunk<T, false>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
     }
+    // Constant time (advance is kTcChunk or kNextStep after unrolling): a page walk loop here took
+    // 2 (page 64) to 7 (page 16) iterations per step.
+    const bool next_step = advance != kTcChunk;
     cursor_tok += advance;
-    cursor_slot += advance;
-    if (cursor_slot >= page_size) {  // a later page: look it up now, one chunk ahead of its use
-      do {
-        cursor_slot -= page_size;
-        ++cursor_pidx;
-      } while (cursor_slot >= page_size);
-      if (cursor_tok < end) cursor_page = page_table[cursor_pidx];
-    }  // else the same page (tokens only grow: once past the end, no chunk reads a page again)
+    cursor_slot += next_step ? next_slots : kTcChunk;
+    cursor_pt += next_step ? next_pages : 0;
+    bool new_page = next_step && next_pages > 0;
+    if (cursor_slot >= page_size) {
+      cursor_slot -= page_size;
+      ++cursor_pt;
+      new_page = true;
+    }
+    // A later page: look it up now, ahead of its use (tokens only grow: once past the end, no chunk
+    // reads a page again).
+    if (new_page && cursor_tok < end) cursor_page = *cursor_pt;
   };
   // Token advance after local chunk j: the next chunk of the step, or the first of the warp's next step.
-  constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);
   auto advance_after = [](int j) { return (j % kSteps) == kSteps - 1 ? kNextStep : kTcChunk; };
 
   // Prologue copies: local chunks 0 .. kStages - kSteps - 1, one commit group each, issued before the
@@ -525,17 +545,25 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
   for (int nt = 0; nt < kOT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
   float m_run = -INFINITY, l_run = 0.0f;
 
+  constexpr int kLateIssue = kSteps > 1 ? 1 : 0;
   int read_slot = 0, write_slot = T::kStages - kSteps;  // stage of chunk i, of chunk i + kStages - kSteps
   int step_tok = begin + warp * kStepTokens;           // first token of the current step
+  // Copies of the chunks kStages - kSteps ahead, one commit group each: local chunk i + kStages - kSteps + u.
+  auto issue_ahead = [&](int i, int u) {
+    if (i + T::kStages - kSteps + u < n_local) issue(write_slot, advance_after(T::kStages - kSteps + u));
+    write_slot = write_slot + 1 == T::kStages ? 0 : write_slot + 1;
+    cp_async_commit();
+  };
   for (int i = 0; i < n_local; i += kSteps) {
-    // Copy the chunks kStages - kSteps ahead (one commit group each), then wait for this step's.
+    // Copy the chunks ahead, then wait for this step's. With two chunks per step the second copy is
+    // issued after Q·K^T (kLateIssue): the two copies straddle a step boundary, so the first one's
+    // page lookup (a new page) was otherwise waited for right away by the second (ncu, 32 x 32K:
+    // the top stall of the copy code). Measured alone it is within noise (H200, graph replays, GQA
+    // 4: 32 x 32K 406 vs 408 us, 8 x 128K 407 vs 404, short shapes equal); kept, as the page-table
+    // pointer and 32-bit page base (issue) were measured on top of it.
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      if (i + T::kStages - kSteps + u < n_local) issue(write_slot, advance_after(T::kStages - kSteps + u));
-      write_slot = write_slot + 1 == T::kStages ? 0 : write_slot + 1;
-      cp_async_commit();
-    }
-    cp_async_wait<T::kStages - kSteps>();
+    for (int u = 0; u < kSteps - kLateIssue; ++u) issue_ahead(i, u);
+    cp_async_wait<T::kStages - kSteps - kLateIssue>();
     __syncwarp();
 
     const uint8_t* st[kSteps];
@@ -579,12 +607,22 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int tok = kTcChunk * u + 8 * t + 2 * c + j;
-          s[u][2 * t + j] = tok < rem ? (acc[t][j] + acc[t][j + 2]) * score_mult : -INFINITY;
+        for (int j = 0; j < 2; ++j) s[u][2 * t + j] = (acc[t][j] + acc[t][j + 2]) * score_mult;
+      }
+    }
+    // Mask tokens past the end: warp-uniform, only an item's last step has any (the per-score
+    // compare and select ran on every step before: ~20 instructions per 32 tokens).
+    if (rem < kStepTokens) {
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int tok = kTcChunk * u + 8 * (k / 2) + 2 * c + k % 2;
+          if (tok >= rem) s[u][k] = -INFINITY;
         }
       }
     }
+    if constexpr (kLateIssue == 1) issue_ahead(i, kSteps - 1);
     float mx = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[0][2], s[0][3]));
 #pragma unroll
     for (int u = 1; u < kSteps; ++u) mx = fmaxf(mx, fmaxf(fmaxf(s[u][0], s[u][1]), fmaxf(s[u][2], s[u][3])));

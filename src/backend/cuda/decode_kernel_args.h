@@ -94,6 +94,12 @@ constexpr int tc_steps(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim)
 // 9.8 / 10.1 with 32; at 128-token items the 32-token build is ahead (9.6 vs 9.9, 9.7 vs 10.1; 2K,
 // 4K and 8 x 1K alike), so the threshold is one granule.
 inline constexpr int kTcShortItemTokens = 64;
+// Item sizes at the short shapes where nvfp4 is still behind fp8 (H200, 2026-11-30, graph replays,
+// bench --chunks, GQA 4, fp8 / nvfp4 us, after the copy-path changes of that day): 1 x 4K 256-token
+// items (the plan's) 11.2 / 11.5, 128: 11.7 / 11.7, 512: 13.3 / 13.5; 1 x 16K 512 (the plan's)
+// 16.6 / 17.3, 256: 21.4 / 22.7, 1024: 18.5 / 18.3; 8 x 1K 256 (the plan's) 13.6 / 14.2, 512: 13.9 /
+// 13.9 (GQA 8: 14.8 / 15.5 and 14.9 / 14.9). No item size puts nvfp4 under the plan's fp8 there; at
+// 8 x 1K 512-token items would take nvfp4 from 14.2 to 13.9 us (not applied: the plan is shared).
 
 // The step build a launch uses: tc_steps, or 1 when every item of the plan is short
 // (longest item = DecodeSplitPlan::chunk_tokens).

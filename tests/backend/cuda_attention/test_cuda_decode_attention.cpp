@@ -262,6 +262,22 @@ TEST_P(CudaDecodeFormat, RotatedCacheRotatesQAndOutputInside) {
   }
 }
 
+// Page sizes the sweep does not take, for the kernels' constant-time cursor: the advance to a warp's
+// next step (64 or 112 tokens) spans 1-2 pages and a remainder (48), lands inside the same page or
+// wraps once (128, 256).
+TEST_P(CudaDecodeFormat, OtherPageSizes) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (int page_size : {48, 128, 256}) {
+    for (int group : {1, 4}) {
+      for (const std::vector<int32_t>& lens : {std::vector<int32_t>{1000}, std::vector<int32_t>{4097, 1, 300, 33}}) {
+        run_and_compare({.dtype = GetParam(), .head_dim = 128, .kv_heads = 2, .group = group, .page_size = page_size,
+                         .seq_lens = lens});
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 TEST_P(CudaDecodeFormat, Bf16Query) {
   NIBBLE_SKIP_WITHOUT_GPU();
   run_and_compare({.dtype = GetParam(), .head_dim = 128, .group = 8, .page_size = 16, .seq_lens = {129, 4, 777},
@@ -344,6 +360,9 @@ TEST(CudaDecodeErrors, RejectsBadShapesNamingTheProblem) {
   p = good;
   p.k_layout = wide.k(0), p.v_layout = wide.v(0), p.page_bytes = wide.page_bytes();
   expect_error(p, "head_dim must be 64, 128 or 256");
+  p = good;
+  p.page_bytes = (int64_t{1} << 31) + 16;  // pages past 2 GiB: the kernels' 32-bit page size
+  expect_error(p, "exceeds the CUDA kernels' limit");
 }
 
 }  // namespace
