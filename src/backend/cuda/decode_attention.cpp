@@ -3,6 +3,8 @@
 #include "backend/cuda/decode_attention.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -38,6 +40,20 @@ int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_hea
 }
 
 namespace {
+
+// SMs of the current device, looked up once per device (the few-blocks build's grid limit).
+int64_t device_sm_count() {
+  static std::array<std::atomic<int>, 64> cache{};
+  int device = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  const bool cached = device >= 0 && device < static_cast<int>(cache.size());
+  int sms = cached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (sms == 0) {
+    NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    if (cached) cache[device].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
+}
 
 void validate_part(const cache::KvPartLayout& part, const char* which, int64_t page_bytes) {
   NIBBLE_CHECK(part.head_dim == 64 || part.head_dim == 128 || part.head_dim == 256,
@@ -149,6 +165,8 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   launch.num_seqs = plan.num_seqs;
   launch.split = plan.max_splits > 1;
   launch.tc_steps = detail::decode_tc_steps(kf, vf, static_cast<int>(head_dim), plan.chunk_tokens);
+  launch.tc_few_blocks = launch.tc_steps == 2 && plan.chunk_tokens < kDecodeLongItemTokens &&
+                        static_cast<int64_t>(launch.grid_tc.x) <= detail::kTcFewBlocksPerSm * device_sm_count();
   const bool supported = (kf == vf && (kf == ElemFormat::kF32 || kf == ElemFormat::kBF16 || kf == ElemFormat::kFP8 ||
                                        kf == ElemFormat::kNVFP4)) ||
                          (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4);
@@ -163,13 +181,17 @@ void launch_decode_kernel(const DecodeLaunch& l, cudaStream_t stream) {
   if (kf == ElemFormat::kF32 && vf == ElemFormat::kF32) {
     launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(l.args, l.head_dim, l.max_group, l.grid, stream);
   } else if (kf == ElemFormat::kBF16 && vf == ElemFormat::kBF16) {
-    launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l.args, l.head_dim, l.tc_steps, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
+                                                                       l.grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kFP8) {
-    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l.args, l.head_dim, l.tc_steps, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
+                                                                       l.grid_tc, stream);
   } else if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
-    launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
+                                                                       l.grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4) {
-    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
+                                                                       l.grid_tc, stream);
   } else {
     NIBBLE_FAIL("decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",
                 quant::elem_format_name(kf), quant::elem_format_name(vf));

@@ -44,10 +44,10 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
   }
 }
 
-template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps>
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false>
 void launch_decode_tc_steps(const DecodeKernelArgs& args, dim3 grid, cudaStream_t stream) {
   using T = TcTraits<KF, VF, kHeadDim>;
-  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps>;
+  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks>;
   static std::once_flag smem_raised;  // one per instantiation
   std::call_once(smem_raised, [&] {
     NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
@@ -68,16 +68,21 @@ void launch_decode_tc_steps(const DecodeKernelArgs& args, dim3 grid, cudaStream_
   NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
 }
 
-// steps: 1, or 2 where tc_steps(KF, VF, kHeadDim) is 2 (only then is the 32-token-step build made).
+// steps: 1, or 2 where tc_steps(KF, VF, kHeadDim) is 2 (only then is the 32-token-step build made,
+// and its few-blocks build: few_blocks, DecodeLaunch::tc_few_blocks).
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
-void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, dim3 grid, cudaStream_t stream) {
+void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, dim3 grid, cudaStream_t stream) {
   constexpr int kMaxSteps = tc_steps(KF, VF, kHeadDim);
   if (steps < 1 || steps > kMaxSteps) {
     throw_unsupported("decode attention", "chunks per warp step", kMaxSteps == 2 ? "1, 2" : "1", steps);
   }
   if constexpr (kMaxSteps == 2) {
     if (steps == 2) {
-      launch_decode_tc_steps<KF, VF, kHeadDim, 2>(args, grid, stream);
+      if (few_blocks) {
+        launch_decode_tc_steps<KF, VF, kHeadDim, 2, true>(args, grid, stream);
+      } else {
+        launch_decode_tc_steps<KF, VF, kHeadDim, 2>(args, grid, stream);
+      }
       return;
     }
   }
@@ -85,12 +90,12 @@ void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, dim3 grid, 
 }
 
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, dim3 grid,
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, dim3 grid,
                                 cudaStream_t stream) {
   switch (head_dim) {
-    case 64: launch_decode_tc_shape<KF, VF, 64>(args, steps, grid, stream); break;
-    case 128: launch_decode_tc_shape<KF, VF, 128>(args, steps, grid, stream); break;
-    case 256: launch_decode_tc_shape<KF, VF, 256>(args, steps, grid, stream); break;
+    case 64: launch_decode_tc_shape<KF, VF, 64>(args, steps, few_blocks, grid, stream); break;
+    case 128: launch_decode_tc_shape<KF, VF, 128>(args, steps, few_blocks, grid, stream); break;
+    case 256: launch_decode_tc_shape<KF, VF, 256>(args, steps, few_blocks, grid, stream); break;
     default: throw_unsupported("decode attention", "head_dim", "64, 128, 256", head_dim);
   }
 }

@@ -349,8 +349,26 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
 // kSteps: 16-token chunks per warp step (1 or 2, tc_steps): warp w takes chunks kSteps·w ..
 // kSteps·w + kSteps - 1, then kSteps·(w + 4) ..; one softmax, one rescale vote and one ring wait per
 // step, and two chunks' MMA chains to interleave.
-template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps>
-__global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBlocks)
+//
+// kFewBlocks (DecodeLaunch::tc_few_blocks; nvfp4 d128 32-token steps only): the build for plans of at most
+// kTcFewBlocksPerSm blocks per SM (the short shapes, where each scheduler has 2-3 warps and a block's
+// few steps wait on its prologue): registers of 3 blocks (144 instead of 122, the compiler schedules
+// the K decode more freely) and the prologue's last copy deferred to the first step (kDefer).
+// Measured on the H200 (2026-11-30, graph replays, GQA 4, nvfp4 us, fp8 beside it): the registers alone
+// 1 x 4K 11.5 -> 11.4 (fp8 11.2), 1 x 16K 17.3 -> 17.0 (16.6), 8 x 1K 14.2 -> 13.9 (13.6); with the
+// deferred copy 10.7 (10.8), 16.5 (16.6), 13.5 (13.6); GQA 8: 11.4 (11.4), 17.0 (16.9), 15.0 (14.7).
+// Tried there and rejected:
+//  - two QK chains per tile (as kSteps 1; 168 registers): 8 x 1K 13.9 -> 15.1, others within 0.1;
+//  - K of the next step decoded during this step's softmax and P.V (software pipelining, the ring at 7
+//    stages so that the next step's chunks are waited for a step early; 201 registers, 2 blocks/SM):
+//    slower everywhere, 1 x 4K 11.4, 1 x 16K 18.1, 8 x 1K 15.6; the 7-stage ring alone (more copies in
+//    the prologue) 11.0, 17.9, 14.3 — the prologue's burst of copies is what delays the first step.
+// The deferred copy in the any-plan build too (long items, 4 blocks/SM) was slower there: 32 x 32K
+// 394.9 -> 399.5 us, 8 x 128K 396.6 -> 400.0, 8 x 32K 111.1 -> 110.8 (GQA 8: 111.2 -> 112.2).
+// Final figures (same day, graph replays, fp8 / nvfp4 us): GQA 4 1 x 4K 11.1 / 11.1, 1 x 16K
+// 16.5 / 16.5, 8 x 1K 13.5 / 13.6; GQA 8 11.4 / 11.4, 16.9 / 17.0, 14.7 / 15.0.
+template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false>
+__global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : TcTraits<KF, VF, kHeadDim>::kMinBlocks)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
   using T = TcTraits<KF, VF, kHeadDim>;
   constexpr int kOT = T::kNTiles / 2;  // O^T accumulator tiles (pv_pair)
@@ -481,9 +499,13 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
 
   // Prologue copies: local chunks 0 .. kStages - kSteps - 1, one commit group each, issued before the
   // q fragments are built (the stages do not alias the q staging).
+  // kFewBlocks: the last one (local chunk kStages - kSteps - 1, the first of the next step) is issued
+  // at the first step instead, after the q fragments (its own commit group, in cursor order).
+  constexpr int kDefer = kFewBlocks ? 1 : 0;
+  static_assert(!kFewBlocks || (kSteps == 2 && T::kStages - kSteps - kDefer >= kSteps), "step 0 stays in the prologue");
 #pragma unroll
   for (int s = 0; s < T::kStages - kSteps; ++s) {
-    if (s < n_local) issue(s, advance_after(s));
+    if (s < T::kStages - kSteps - kDefer && s < n_local) issue(s, advance_after(s));
     cp_async_commit();
   }
   const int n_items = a.seq_work_offset[seq + 1] - a.seq_work_offset[seq];  // epilogue only
@@ -555,6 +577,15 @@ __global__ void __launch_bounds__(kTcThreads, TcTraits<KF, VF, kHeadDim>::kMinBl
     cp_async_commit();
   };
   for (int i = 0; i < n_local; i += kSteps) {
+    // The deferred prologue copy: the commit groups stay in chunk order (the prologue committed an
+    // empty group in its place), so the waits below count as without kDefer.
+    if (kDefer > 0 && i == 0) {
+#pragma unroll
+      for (int s = T::kStages - kSteps - kDefer; s < T::kStages - kSteps; ++s) {
+        if (s < n_local) issue(s, advance_after(s));
+        cp_async_commit();
+      }
+    }
     // Copy the chunks ahead, then wait for this step's. With two chunks per step the second copy is
     // issued after Q·K^T (kLateIssue): the two copies straddle a step boundary, so the first one's
     // page lookup (a new page) was otherwise waited for right away by the second (ncu, 32 x 32K:

@@ -100,6 +100,8 @@ inline constexpr int kTcShortItemTokens = 64;
 // 16.6 / 17.3, 256: 21.4 / 22.7, 1024: 18.5 / 18.3; 8 x 1K 256 (the plan's) 13.6 / 14.2, 512: 13.9 /
 // 13.9 (GQA 8: 14.8 / 15.5 and 14.9 / 14.9). No item size puts nvfp4 under the plan's fp8 there; at
 // 8 x 1K 512-token items would take nvfp4 from 14.2 to 13.9 us (not applied: the plan is shared).
+// With the few-blocks build (DecodeLaunch::tc_few_blocks) the plan's 256-token items win at 8 x 1K:
+// 13.5 us against 14.1 for 512 (GQA 8: 15.0 against 15.3), so the plan stays as it is.
 
 // The step build a launch uses: tc_steps, or 1 when every item of the plan is short
 // (longest item = DecodeSplitPlan::chunk_tokens).
@@ -107,16 +109,21 @@ constexpr int decode_tc_steps(quant::ElemFormat kf, quant::ElemFormat vf, int he
   return item_tokens <= kTcShortItemTokens ? 1 : tc_steps(kf, vf, head_dim);
 }
 
+// Blocks per SM of the few-blocks build of the 32-token-step kernel (decode_attention_tc.cuh,
+// kFewBlocks): its register budget (144 of 168 used), and the most blocks per SM a plan may put on it.
+inline constexpr int kTcFewBlocksPerSm = 3;
+
 // Launches decode_attention_kernel (CUDA cores, exact f32 arithmetic; used for the f32 cache) for one
 // format pair; head_dim (64/128/256) and the group tile (1/2/4/8) are dispatched inside.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max_group, dim3 grid, cudaStream_t stream);
 
 // Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside,
-// steps = 16-token chunks per warp step (1, or 2 where tc_steps is 2; decode_tc_steps).
+// steps = 16-token chunks per warp step (1, or 2 where tc_steps is 2; decode_tc_steps); few_blocks
+// (with steps 2 only) = the few-blocks build (DecodeLaunch::tc_few_blocks).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, dim3 grid,
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, dim3 grid,
                                 cudaStream_t stream);
 
 // The split-KV merge (decode_reduce.cu): grid (num_seqs, num_q_heads); returns at once for a
@@ -141,6 +148,10 @@ struct DecodeLaunch {
   // 16-token chunks per warp step of the tensor-core kernel (decode_tc_steps: 1 or 2); a benchmark
   // may override it before launch_decode_kernel to compare both builds on one plan.
   int tc_steps;
+  // With tc_steps 2: the few-blocks build (decode_attention_tc.cuh, kFewBlocks), for plans of short
+  // items (< kDecodeLongItemTokens, sized for kDecodeMemoryBoundBlocksPerSm blocks per SM) whose grid
+  // fits kTcFewBlocksPerSm blocks per SM. A benchmark may clear it to time the any-plan build.
+  bool tc_few_blocks;
 };
 
 // Throws nibble::Error naming the problem (decode_attention's checks).

@@ -298,16 +298,18 @@ TEST_P(CudaDecodeFormat, LongContext128K) {
                    .seq_lens = {131072}, .chunk_variants = {0}});
 }
 
-// nvfp4 at head_dim 128 has two tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
-// plans whose items are all <= kTcShortItemTokens = 64 run the 16-token one): items of 64 tokens take
-// the first, 128, 192 and 256 the second, over lengths that end mid-chunk, mid-step and on a page.
+// nvfp4 at head_dim 128 has three tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
+// plans whose items are all <= kTcShortItemTokens = 64 run the 16-token one) and, for 32-token steps,
+// the few-blocks build (items < kDecodeLongItemTokens on a small grid: tc_few_blocks): items of 64
+// tokens take the first, 128, 192 and 256 the few-blocks one, 1024 the any-plan 32-token one, over
+// lengths that end mid-chunk, mid-step and on a page.
 TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
   NIBBLE_SKIP_WITHOUT_GPU();
   for (int group : {1, 4, 8}) {
     for (const std::vector<int32_t>& lens :
          {std::vector<int32_t>{1}, {17}, {40}, {128}, {1000}, {4097, 1, 100, 33, 7}}) {
       run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = 128, .kv_heads = 2, .group = group, .page_size = 32,
-                       .seq_lens = lens, .chunk_variants = {64, 128, 192, 256}});
+                       .seq_lens = lens, .chunk_variants = {64, 128, 192, 256, 1024}});
       if (HasFailure()) return;
     }
   }
