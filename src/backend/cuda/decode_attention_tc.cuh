@@ -367,6 +367,14 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
 // 394.9 -> 399.5 us, 8 x 128K 396.6 -> 400.0, 8 x 32K 111.1 -> 110.8 (GQA 8: 111.2 -> 112.2).
 // Final figures (same day, graph replays, fp8 / nvfp4 us): GQA 4 1 x 4K 11.1 / 11.1, 1 x 16K
 // 16.5 / 16.5, 8 x 1K 13.5 / 13.6; GQA 8 11.4 / 11.4, 16.9 / 17.0, 14.7 / 15.0.
+// Also rejected in this build (nvfp4 us against 11.1 / 16.5 / 12.7 at GQA 4 1 x 4K, 1 x 16K, 8 x 1K
+// and 11.4 / 17.0 / 15.0 at GQA 8, same calls):
+//  - the copies ahead of step 0 issued only after step 0's data arrived (the deferred copy first or
+//    after the wait; one, two or three copies after Q.K^T): 11.2-11.3 / 16.6-16.9 / 12.8-13.0 and
+//    11.5-11.6 / 17.2-17.4 / 15.1-15.2;
+//  - griddepcontrol.launch_dependents after the main loop instead of at the start (the merge's
+//    blocks then wait beside fewer decode blocks): 10.9 / 16.9-17.0 / 13.7 and 11.3 / 17.3 / 14.9;
+//    at the very end: 11.5 / 17.1-17.2 / 13.2-13.3 and 11.8-11.9 / 17.5 / 15.0.
 template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false>
 __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : TcTraits<KF, VF, kHeadDim>::kMinBlocks)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
