@@ -111,6 +111,10 @@ constexpr int decode_tc_steps(quant::ElemFormat kf, quant::ElemFormat vf, int he
 
 // Blocks per SM of the few-blocks build of the 32-token-step kernel (decode_attention_tc.cuh,
 // kFewBlocks): its register budget (144 of 168 used), and the most blocks per SM a plan may put on it.
+// 4 (128 registers, grids up to 4 blocks per SM) measured worse or equal (H200, graph replays, two
+// runs, nvfp4 us, 3 -> 4): GQA 4 8 x 1K 12.7 -> 13.4, 1 x 16K 16.6 -> 16.8, GQA 8 1 x 16K 16.9 ->
+// 17.1-17.2, 1 x 4K 11.4 -> 11.5-11.6; 128-token items at 8 x 1K (then 512 blocks, on this build)
+// 17.8 / 18.2-18.3 us against 13.5 / 14.7 for fp8's plan.
 inline constexpr int kTcFewBlocksPerSm = 3;
 
 // Launches decode_attention_kernel (CUDA cores, exact f32 arithmetic; used for the f32 cache) for one
