@@ -34,7 +34,11 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(DecodeKer
   // blocks (another decode step in the benchmark's graph, the o GEMV in a model) became resident
   // while the decode kernel still ran and waited there, taking its slots: H200, graph replays,
   // fp8 8 x 32K GQA 4 130 -> 153.5 us, nvfp4 1 x 1K 8.7 -> 12.0 us (2026-11-30). The dependents
-  // launch when every block has exited (the implicit trigger).
+  // launch when every block has exited (the implicit trigger). Triggered right after the
+  // griddepcontrol.wait below instead (the decode kernel then complete; same day, two runs each):
+  // 8B batch-1 decode bf16 4.669 / 4.616 -> 4.626 / 4.601 ms, nvfp4 4.702 / 4.685 -> 4.680 / 4.658
+  // (within the runs' spread), but back-to-back decode steps slower: fp8 8 x 32K 128 -> 149 us,
+  // 1 x 16K fp8 16.7 -> 18.4, nvfp4 16.7 -> 19.4, 8 x 1K fp8 13.7 -> 16.6 us.
   const int seq = blockIdx.x, head = blockIdx.y;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // The plan is the step's (uploaded before it, written by no kernel): read before the wait.
