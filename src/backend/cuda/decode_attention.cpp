@@ -3,8 +3,6 @@
 #include "backend/cuda/decode_attention.h"
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -40,20 +38,6 @@ int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_hea
 }
 
 namespace {
-
-// SMs of the current device, looked up once per device (the few-blocks build's grid limit).
-int64_t device_sm_count() {
-  static std::array<std::atomic<int>, 64> cache{};
-  int device = 0;
-  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
-  const bool cached = device >= 0 && device < static_cast<int>(cache.size());
-  int sms = cached ? cache[device].load(std::memory_order_relaxed) : 0;
-  if (sms == 0) {
-    NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (cached) cache[device].store(sms, std::memory_order_relaxed);
-  }
-  return sms;
-}
 
 void validate_part(const cache::KvPartLayout& part, const char* which, int64_t page_bytes) {
   NIBBLE_CHECK(part.head_dim == 64 || part.head_dim == 128 || part.head_dim == 256,
@@ -166,7 +150,7 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   launch.split = plan.max_splits > 1;
   launch.tc_steps = detail::decode_tc_steps(kf, vf, static_cast<int>(head_dim), plan.chunk_tokens);
   launch.tc_few_blocks = launch.tc_steps == 2 && plan.chunk_tokens < kDecodeLongItemTokens &&
-                        static_cast<int64_t>(launch.grid_tc.x) <= detail::kTcFewBlocksPerSm * device_sm_count();
+                        static_cast<int64_t>(launch.grid_tc.x) <= int64_t{detail::kTcFewBlocksPerSm} * plan.num_sms;
   const bool supported = (kf == vf && (kf == ElemFormat::kF32 || kf == ElemFormat::kBF16 || kf == ElemFormat::kFP8 ||
                                        kf == ElemFormat::kNVFP4)) ||
                          (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4);

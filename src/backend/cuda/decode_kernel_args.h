@@ -154,7 +154,8 @@ struct DecodeLaunch {
   int tc_steps;
   // With tc_steps 2: the few-blocks build (decode_attention_tc.cuh, kFewBlocks), for plans of short
   // items (< kDecodeLongItemTokens, sized for kDecodeMemoryBoundBlocksPerSm blocks per SM) whose grid
-  // fits kTcFewBlocksPerSm blocks per SM. A benchmark may clear it to time the any-plan build.
+  // fits kTcFewBlocksPerSm blocks on each of the plan's SMs (DecodeSplitPlan::num_sms). A benchmark
+  // may clear it to time the any-plan build.
   bool tc_few_blocks;
 };
 

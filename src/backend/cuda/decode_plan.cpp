@@ -104,6 +104,7 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   DecodeSplitPlan plan;
   plan.num_seqs = static_cast<int32_t>(num_seqs);
   plan.chunk_tokens = static_cast<int32_t>(chunk);
+  plan.num_sms = static_cast<int32_t>(in.num_sms);
   plan.seq_work_offset.reserve(num_seqs + 1);
   for (int64_t s = 0; s < num_seqs; ++s) {
     plan.seq_work_offset.push_back(static_cast<int32_t>(plan.work_seq.size()));

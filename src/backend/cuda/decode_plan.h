@@ -51,6 +51,7 @@ struct DecodeSplitPlan {
   int32_t num_work = 0;
   int32_t max_splits = 1;     // most items of one sequence; 1 = no reduce kernel needed
   int32_t chunk_tokens = 0;   // the chunk length used (multiple of kDecodeSplitGranule)
+  int32_t num_sms = 0;        // the SMs it was sized for (DecodePlanInputs::num_sms)
   // The device copy is one int32 array (packed()), laid out as
   //   [work_seq: num_work][work_begin: num_work][work_end: num_work][seq_work_offset: num_seqs + 1]
   std::vector<int32_t> work_seq;         // [num_work] sequence of each item

@@ -38,6 +38,7 @@ TEST(DecodeSplitPlan, SplitsOneLongSequenceToFillTheGpu) {
   const std::vector<int32_t> lens = {32768};
   const auto plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132});
   expect_covers(plan, lens);
+  EXPECT_EQ(plan.num_sms, 132);  // the launch sizes the few-blocks choice by it
   // 8 KV heads per item; 4 blocks per SM allowed, but items of 32768 / 64 = 512 tokens are short, so
   // the plan aims at 2 per SM: at least 90% of 2 × 132 blocks, and never more than one such wave.
   EXPECT_GE(plan.num_work * 8, 0.9 * 2 * 132);
