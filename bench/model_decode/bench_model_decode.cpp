@@ -24,8 +24,13 @@
 //   breakdown  the ops of an eager step (graphs off) timed one by one with CUDA events (op_timer.h),
 //              for the first KV format and context: µs per op, and GB/s for the products.
 //
+//   ablation   --skip: mode 0 again with some ops dropped (not launched at all: the graph holds only
+//              the rest), their cost inside the graph = the difference. The logits are then not
+//              the model's; the rows say so.
+//
 //   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
 //                      [--modes 0,1,2,3,4] [--no-products] [--no-breakdown]
+//                      [--skip attention,rope_kv_write,both]
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
 //          RoPE and KV write unfused
 #include <cuda_runtime.h>
@@ -64,6 +69,9 @@ struct Args {
   bool products = true;  // the per-product table (--no-products: only the decode steps, e.g. under ncu)
   bool breakdown = true;  // the per-op table of an eager step
   std::vector<int> modes{0, 1, 2, 3};
+  // Ablations: after the modes, each KV format and context runs mode 0 again with these ops dropped
+  // (OpTimer::Skip), to show what they cost inside the graph. Timing only: the logits are not the model's.
+  std::vector<std::string> skips;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -99,6 +107,12 @@ Args parse_args(int argc, char** argv) {
       a.products = false;
     } else if (arg == "--no-breakdown") {
       a.breakdown = false;
+    } else if (arg == "--skip") {
+      for (const std::string& k : split(value())) {
+        NIBBLE_CHECK(k == "attention" || k == "rope_kv_write" || k == "both",
+                     "--skip: '{}' is not attention, rope_kv_write or both", k);
+        a.skips.push_back(k);
+      }
     } else if (arg == "--modes") {
       a.modes.clear();
       for (const std::string& m : split(value())) {
@@ -108,7 +122,7 @@ Args parse_args(int argc, char** argv) {
       }
     } else {
       NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4 "
-                  "--no-products --no-breakdown)",
+                  "--no-products --no-breakdown --skip attention,rope_kv_write,both)",
                   arg);
     }
   }
@@ -384,13 +398,8 @@ int run(int argc, char** argv) {
       std::vector<int32_t> pages(static_cast<size_t>(pages_needed));
       std::iota(pages.begin(), pages.end(), 0);
       const double kv_bytes_per_token = static_cast<double>(pool.layout().page_bytes()) / page_size;
-      // graph + GEMV, eager + GEMV, graph + cuBLAS, graph + GEMV without programmatic launch
-      for (const int mode : args.modes) {
-        const bool graphs = mode != 1;
-        cuda.set_graphs_enabled(graphs);
-        cuda.set_small_matmul(mode != 2);
-        cuda.set_gemv_programmatic_launch(mode != 3);
-        cuda.set_small_op_fusion(mode != 4);
+      // Median wall time of args.steps decode steps after 3 warm-up steps (eager, capture, replay).
+      auto time_steps = [&]() {
         std::vector<double> times;
         for (int step = 0; step < args.steps + 3; ++step) {
           const int64_t position = context - 1 + step;
@@ -405,7 +414,16 @@ int run(int argc, char** argv) {
           NIBBLE_CHECK(static_cast<int64_t>(logits.size()) == vocab, "expected {} logits, got {}", vocab, logits.size());
           if (step >= 3) times.push_back(seconds);
         }
-        const double t = median(times);
+        return median(times);
+      };
+      // graph + GEMV, eager + GEMV, graph + cuBLAS, graph + GEMV without programmatic launch
+      for (const int mode : args.modes) {
+        const bool graphs = mode != 1;
+        cuda.set_graphs_enabled(graphs);
+        cuda.set_small_matmul(mode != 2);
+        cuda.set_gemv_programmatic_launch(mode != 3);
+        cuda.set_small_op_fusion(mode != 4);
+        const double t = time_steps();
         const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL",
                                           "on, RoPE + KV write unfused"};
         const double weight_limit = weight_bytes / bandwidth;
@@ -413,6 +431,22 @@ int run(int argc, char** argv) {
         std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),
                     static_cast<long long>(context), mode_names[mode], t * 1e3, 1.0 / t, weight_limit * 1e3,
                     100.0 * weight_limit / t, total_limit * 1e3, 100.0 * total_limit / t);
+        std::fflush(stdout);
+      }
+      for (const std::string& skip : args.skips) {
+        cuda.set_graphs_enabled(true);
+        cuda.set_small_matmul(true);
+        cuda.set_gemv_programmatic_launch(true);
+        cuda.set_small_op_fusion(true);
+        timer.set_skip({.attention = skip != "rope_kv_write", .rope_kv_write = skip != "attention"});
+        const double t = time_steps();
+        timer.set_skip({});
+        const double weight_limit = weight_bytes / bandwidth;
+        std::printf("| %s | %lld | on, without %s (ablation: not the model's logits) | %.3f | %.1f | %.3f | %.1f%% | "
+                    "| |\n",
+                    quant::kv_dtype_name(kv), static_cast<long long>(context),
+                    skip == "both" ? "attention and rope_kv_write" : skip.c_str(), t * 1e3, 1.0 / t,
+                    weight_limit * 1e3, 100.0 * weight_limit / t);
         std::fflush(stdout);
       }
       if (args.breakdown && kv == args.kv.front() && context == args.contexts.front()) {

@@ -80,6 +80,7 @@ void OpTimer::matmul(backend::Tensor x, const backend::Matrix& w, const backend:
 
 void OpTimer::rope(const backend::PlannedStep& step, backend::Tensor q, backend::Tensor k, int64_t head_dim,
                    const backend::Vector& inv_freq) {
+  if (skip_.rope_kv_write) return;
   timed("rope", 0, [&] { inner_.rope(step, q, k, head_dim, inv_freq); });
 }
 
@@ -120,12 +121,14 @@ void OpTimer::matmul_residual_add(backend::Tensor x, const backend::Matrix& w, b
 
 void OpTimer::kv_write(const backend::PlannedStep& step, const backend::KvCacheView& cache, int64_t layer,
                        backend::Tensor k, backend::Tensor v) {
+  if (skip_.rope_kv_write) return;
   timed("kv_write", 0, [&] { inner_.kv_write(step, cache, layer, k, v); });
 }
 
 void OpTimer::rope_kv_write(const backend::PlannedStep& step, const backend::KvCacheView& cache, int64_t layer,
                             backend::Tensor q, backend::Tensor k, backend::Tensor v, int64_t head_dim,
                             const backend::Vector& inv_freq) {
+  if (skip_.rope_kv_write) return;
   if (!inner_.small_op_fusion()) {  // the seam's default through this wrapper: rope and kv_write, each timed
     Backend::rope_kv_write(step, cache, layer, q, k, v, head_dim, inv_freq);
     return;
@@ -136,6 +139,7 @@ void OpTimer::rope_kv_write(const backend::PlannedStep& step, const backend::KvC
 void OpTimer::attention(const backend::PlannedStep& step, const backend::KvCacheView& cache, int64_t layer,
                         const backend::AttentionShape& shape, backend::Tensor q, backend::Tensor k, backend::Tensor v,
                         backend::Tensor out) {
+  if (skip_.attention) return;
   timed("attention", 0, [&] { inner_.attention(step, cache, layer, shape, q, k, v, out); });
 }
 

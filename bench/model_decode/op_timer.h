@@ -39,6 +39,14 @@ class OpTimer final : public backend::Backend {
   const std::vector<std::string>& order() const { return order_; }
   int64_t steps() const { return steps_; }
 
+  // Ablation (bench_model_decode --skip): calls of these ops are dropped, not forwarded, so a step
+  // (and its graph) holds only the other kernels. The logits are then not the model's; timing only.
+  struct Skip {
+    bool attention = false;      // attention (decode attention and its split merge)
+    bool rope_kv_write = false;  // rope_kv_write (or rope and kv_write when unfused)
+  };
+  void set_skip(Skip s) { skip_ = s; }
+
   std::string_view name() const override { return inner_.name(); }
   std::unique_ptr<backend::Buffer> allocate(int64_t bytes) override { return inner_.allocate(bytes); }
   void copy_from_host(void* dst, const void* src, int64_t bytes) override { inner_.copy_from_host(dst, src, bytes); }
@@ -96,6 +104,7 @@ class OpTimer final : public backend::Backend {
   std::map<std::string, OpTotals> totals_;
   std::vector<std::string> order_;
   int64_t steps_ = 0;
+  Skip skip_;
 };
 
 }  // namespace nibble::bench
