@@ -92,7 +92,11 @@ struct Config {
 //   with warps per SM and stage size, not with bytes in flight (80 vs 110 KiB: same). The overlap
 //   did happen (the ring lost 8.8 µs per layer with products timed alone, ~5 in the graph), but even
 //   at this kernel's streaming rate it would gain ~0.13 ms/token;
-//   two batches issued before griddepcontrol.wait: 4.665 / 4.656 against 4.698 / 4.630 (no gain).
+//   two batches issued before griddepcontrol.wait: 4.665 / 4.656 against 4.698 / 4.630 (no gain);
+//   the o product's weights (or the first 8-16 MB of gate and up) prefetched into L2 by
+//   cp.async.bulk.prefetch.L2 during the attention, from a forked graph branch: 4.72 -> 4.72 (o),
+//   4.75 -> 4.75 (8 MB), 4.74 -> 4.83 (16 MB); in the kernel chain 4.65 -> 4.82. With its weights in
+//   L2 the o product still took 14.1 us eager (15.0 from DRAM): at 33.5 MB it is ramp/drain-bound.
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;
