@@ -17,7 +17,10 @@
 // time / N: the GPU's time for the kernels, launch gaps inside a graph included, no host launch
 // cost — what the engine's decode steps see (they replay CUDA graphs). "eager" = N calls launched
 // from the host back to back: at short contexts the ~4 µs of host work per launch, not the GPU,
-// sets that time. Each line of the table names its timing.
+// sets that time. Each line of the table names its timing. The merge triggers the next call's launch
+// at its end (DecodeAttentionParams::early_dependents off): the engine turns it on because its next
+// kernel is the o GEMV, but here the next kernel is another decode call, whose blocks would then
+// hold SMs while waiting.
 //
 // --chunks C1,C2,... also times every shape with the split plan forced to items of C tokens (graph
 // timing), and for nvfp4 at head_dim 128 both tensor-core step builds (16 and 32 tokens per warp

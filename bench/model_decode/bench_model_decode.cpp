@@ -13,7 +13,8 @@
 //              caller sees), median over --steps steps after 3 warm-up steps (eager, capture, replay);
 //   modes      CUDA graph + GEMV (the default), eager, graph + cuBLAS, graph + GEMV without
 //              programmatic dependent launch (gemv.h), graph + GEMV with RoPE and the KV write as
-//              two plain launches (CudaBackend::set_small_op_fusion(false): the state before);
+//              two plain launches (CudaBackend::set_small_op_fusion(false): the state before), graph +
+//              GEMV with the split merge's early trigger off (CudaBackend::set_merge_early_trigger);
 //   products   each batch-1 product alone (single and fused, L2 flushed before each), the GEMV
 //              (gemv.h, the default) against cuBLAS, in GB/s and as a fraction of the read bandwidth;
 //   roofline   the device's read bandwidth measured in the same run (bench/common/read_bandwidth.h); the
@@ -29,10 +30,11 @@
 //              the model's; the rows say so.
 //
 //   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
-//                      [--modes 0,1,2,3,4] [--no-products] [--no-breakdown]
+//                      [--modes 0,1,2,3,4,5] [--no-products] [--no-breakdown]
 //                      [--skip attention,rope_kv_write,both]
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
-//          RoPE and KV write unfused
+//          RoPE and KV write unfused, 5 graph + GEMV, the decode merge triggering the o GEMV at its
+//          end instead of its start
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -117,11 +119,11 @@ Args parse_args(int argc, char** argv) {
       a.modes.clear();
       for (const std::string& m : split(value())) {
         const int mode = std::stoi(m);
-        NIBBLE_CHECK(mode >= 0 && mode <= 4, "--modes: {} is not one of 0..4", m);
+        NIBBLE_CHECK(mode >= 0 && mode <= 5, "--modes: {} is not one of 0..5", m);
         a.modes.push_back(mode);
       }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4 "
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4,5 "
                   "--no-products --no-breakdown --skip attention,rope_kv_write,both)",
                   arg);
     }
@@ -423,9 +425,10 @@ int run(int argc, char** argv) {
         cuda.set_small_matmul(mode != 2);
         cuda.set_gemv_programmatic_launch(mode != 3);
         cuda.set_small_op_fusion(mode != 4);
+        cuda.set_merge_early_trigger(mode != 5);
         const double t = time_steps();
         const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL",
-                                          "on, RoPE + KV write unfused"};
+                                          "on, RoPE + KV write unfused", "on, merge triggers the o GEMV at its end"};
         const double weight_limit = weight_bytes / bandwidth;
         const double total_limit = (weight_bytes + kv_bytes_per_token * static_cast<double>(context)) / bandwidth;
         std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),
@@ -438,6 +441,7 @@ int run(int argc, char** argv) {
         cuda.set_small_matmul(true);
         cuda.set_gemv_programmatic_launch(true);
         cuda.set_small_op_fusion(true);
+        cuda.set_merge_early_trigger(true);
         timer.set_skip({.attention = skip != "rope_kv_write", .rope_kv_write = skip != "attention"});
         const double t = time_steps();
         timer.set_skip({});

@@ -654,9 +654,10 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                           .k_global_scale = cache.scales->k[layer],
                           .v_global_scale = cache.scales->v[layer],
                           .rotation = cache.rotation,
-                          .softmax_scale = shape.scale};
+                          .softmax_scale = shape.scale,
+                          .early_dependents = merge_early_trigger_};
   recorder_.op({11, sig(dec.plan_device.data()), sig(dec.partial_out.data()), sig(dec.partial_lse.data()),
-                sig_i(dec.plan.num_work), sig(page_tables)},
+                sig_i(dec.plan.num_work), sig(page_tables), sig_i(merge_early_trigger_)},
                [this, params] { cuda::decode_attention(params, stream_); });
   if (!s.all_decode()) {
     const cuda::RowCopyParams scatter{

@@ -104,6 +104,9 @@ class CudaBackend final : public Backend {
   // separate rope and kv_write kernels, launched plainly (benchmarks compare both).
   void set_small_op_fusion(bool on) { small_op_fusion_ = on; }
   bool small_op_fusion() const { return small_op_fusion_; }
+  // The decode split merge triggers the next kernel (the o GEMV) at its start (default on; see
+  // DecodeAttentionParams::early_dependents); off: at its end (benchmarks compare both).
+  void set_merge_early_trigger(bool on) { merge_early_trigger_ = on; }
   const GraphStats& graph_stats() const { return graph_stats_; }
   // Waits for all queued work.
   void synchronize();
@@ -135,6 +138,7 @@ class CudaBackend final : public Backend {
   bool small_matmul_ = true;
   bool gemv_programmatic_ = true;
   bool small_op_fusion_ = true;
+  bool merge_early_trigger_ = true;
   std::optional<AttentionGeometry> geometry_;  // declared by prepare_attention()
   GraphCache graphs_;
   GraphRecorder recorder_;

@@ -137,6 +137,7 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   args.rotate = p.rotation == quant::Rotation::kHadamard;
 
   args.num_work = plan.num_work;
+  args.early_dependents = p.early_dependents;
   DecodeLaunch launch{};
   launch.args = args;
   launch.k_format = kf;

@@ -40,6 +40,7 @@ struct DecodeKernelArgs {
   float v_global_scale;
   bool rotate;
   int num_work;            // work items of the plan (tensor-core grid: num_work × kv_heads · group_chunks)
+  bool early_dependents;   // the merge triggers the next kernel at its start (DecodeAttentionParams)
 };
 
 // ---- the tensor-core decode kernel's geometry (decode_attention_tc.cuh), plain C++ so that the host

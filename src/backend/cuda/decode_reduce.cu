@@ -30,15 +30,17 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(DecodeKer
   float* rows = reinterpret_cast<float*>(smem_f4);  // [kReduceWarps][head_dim]
   float* m_w = rows + kReduceWarps * head_dim;       // [kReduceWarps]
   float* l_w = m_w + kReduceWarps;                   // [kReduceWarps]
-  // No griddepcontrol.launch_dependents here: triggered at this kernel's start, the next kernel's
-  // blocks (another decode step in the benchmark's graph, the o GEMV in a model) became resident
-  // while the decode kernel still ran and waited there, taking its slots: H200, graph replays,
-  // fp8 8 x 32K GQA 4 130 -> 153.5 us, nvfp4 1 x 1K 8.7 -> 12.0 us (2026-11-30). The dependents
-  // launch when every block has exited (the implicit trigger). Triggered right after the
-  // griddepcontrol.wait below instead (the decode kernel then complete; same day, two runs each):
-  // 8B batch-1 decode bf16 4.669 / 4.616 -> 4.626 / 4.601 ms, nvfp4 4.702 / 4.685 -> 4.680 / 4.658
-  // (within the runs' spread), but back-to-back decode steps slower: fp8 8 x 32K 128 -> 149 us,
-  // 1 x 16K fp8 16.7 -> 18.4, nvfp4 16.7 -> 19.4, 8 x 1K fp8 13.7 -> 16.6 us.
+  // The next kernel's launch (PDL): at this kernel's start only with a.early_dependents, the
+  // engine's case, where the next kernel is the o GEMV: its blocks take the SMs the decode kernel
+  // leaves idle and load their first two weight batches during the attention (gemv.cu). 8B batch-1
+  // decode, bf16 KV at 1K (H200, 2026-11-30, two runs of two): 4.642 / 4.672 / 4.651 / 4.615 ->
+  // 4.583 / 4.586 ms/token (each alone: the early trigger 4.626 / 4.617, two batches 4.634 / 4.646).
+  // Otherwise at the end (the implicit trigger): triggered at the start with another decode step
+  // next, that step's blocks held the SMs while waiting: graph replays of back-to-back calls, fp8
+  // 8 x 32K GQA 4 130 -> 153.5 us, nvfp4 1 x 1K 8.7 -> 12.0 us; triggered right after the
+  // griddepcontrol.wait below, fp8 8 x 32K 128 -> 149 us, 1 x 16K fp8 16.7 -> 18.4, nvfp4 16.7 ->
+  // 19.4, 8 x 1K fp8 13.7 -> 16.6 us, while the 8B step gained ~0.03 ms (within the runs' spread).
+  if (a.early_dependents) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int seq = blockIdx.x, head = blockIdx.y;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // The plan is the step's (uploaded before it, written by no kernel): read before the wait.

@@ -92,7 +92,11 @@ struct Config {
 //   with warps per SM and stage size, not with bytes in flight (80 vs 110 KiB: same). The overlap
 //   did happen (the ring lost 8.8 µs per layer with products timed alone, ~5 in the graph), but even
 //   at this kernel's streaming rate it would gain ~0.13 ms/token;
-//   two batches issued before griddepcontrol.wait: 4.665 / 4.656 against 4.698 / 4.630 (no gain);
+//   two batches issued before griddepcontrol.wait: 4.665 / 4.656 against 4.698 / 4.630 (no gain
+//   alone; kept since the merge before the o product triggers it early: decode_reduce.cu);
+//   88 registers (__maxnreg__, 6 chunks per lane per batch) so the o GEMV's block fits beside a
+//   bf16 decode block (156 registers) during the attention: 4.64-4.67 -> 4.77 ms/token, 4.72-4.74
+//   with the early merge trigger (every kStore product streams slower);
 //   the o product's weights (or the first 8-16 MB of gate and up) prefetched into L2 by
 //   cp.async.bulk.prefetch.L2 during the attention, from a forked graph branch: 4.72 -> 4.72 (o),
 //   4.75 -> 4.75 (8 MB), 4.74 -> 4.83 (16 MB); in the kernel chain 4.65 -> 4.82. With its weights in
@@ -188,7 +192,17 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   uint4 buf0[kU][kMats], buf1[kU][kMats];
   int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   int b = 0;
-  if (item < items) issue(buf0, item, 0);  // the first weights are in flight while x is staged
+  // The first two batches are in flight while the previous kernel finishes and x is staged: the
+  // o product after a decode attention whose merge triggers early (decode_reduce.cu) waits through
+  // most of the attention with them loaded.
+  if (item < items) issue(buf0, item, 0);
+  {
+    int64_t item1 = item;
+    int b1 = 1;
+    if (b1 == batches) b1 = 0, item1 += stride;
+    if (item1 < items) issue(buf1, item1, b1);
+  }
+  bool next_issued = true;  // buf1 holds the loop's first `next` batch already
   // Launched programmatically: wait for the previous kernel (x, the residual, the outputs' readers)
   // before touching activations. Weights never change within a step. (No-op otherwise.)
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -240,7 +254,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
     int64_t next_item = item;
     int next_b = b + 1;
     if (next_b == batches) next_b = 0, next_item += stride;
-    if (next_item < items) issue(next, next_item, next_b);
+    if (next_item < items && !next_issued) issue(next, next_item, next_b);
+    next_issued = false;
     consume(cur, b, acc);
     if (b == batches - 1) finish(item, acc);
     item = next_item;
