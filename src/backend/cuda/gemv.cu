@@ -96,7 +96,9 @@ struct Config {
 //   alone; kept since the merge before the o product triggers it early: decode_reduce.cu);
 //   88 registers (__maxnreg__, 6 chunks per lane per batch) so the o GEMV's block fits beside a
 //   bf16 decode block (156 registers) during the attention: 4.64-4.67 -> 4.77 ms/token, 4.72-4.74
-//   with the early merge trigger (every kStore product streams slower);
+//   with the early merge trigger (every kStore product streams slower); 8-warp blocks, two per SM
+//   at the same registers (so the next kernel's blocks enter half an SM at a time): 4.58 -> 4.68-4.70
+//   at 1K (bf16 and nvfp4 KV), 5.81 -> 5.99 at 32K;
 //   the o product's weights (or the first 8-16 MB of gate and up) prefetched into L2 by
 //   cp.async.bulk.prefetch.L2 during the attention, from a forked graph branch: 4.72 -> 4.72 (o),
 //   4.75 -> 4.75 (8 MB), 4.74 -> 4.83 (16 MB); in the kernel chain 4.65 -> 4.82. With its weights in
