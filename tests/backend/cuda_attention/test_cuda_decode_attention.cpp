@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/decode_attention.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda_common/cuda_test_util.h"
 #include "cache/page_layout.h"
 #include "common/error.h"
@@ -53,6 +54,11 @@ struct RunSpec {
   float g_k = 0.8f;
   float g_v = 1.3f;
   uint32_t seed = 7;
+  // The split merge triggers its dependents at its start (DecodeAttentionParams::early_dependents)
+  // and a bf16 GEMV launched programmatically right behind it reads the output: its products must
+  // be those of the output the attention left (a read before the merge finished gives NaN: the
+  // output is poisoned before every run).
+  bool product_after = false;
 };
 
 // Normalized Walsh–Hadamard in double (the oracle's own, independent of quant::hadamard_inplace).
@@ -176,6 +182,8 @@ void run_and_compare(const RunSpec& r) {
     d_out.fill(0xFF);  // NaN
     partial_out.fill(0xFF);
     partial_lse.fill(0xFF);
+    cudaStream_t stream = nullptr;
+    if (r.product_after) NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     decode_attention({.q = d_q.as<void>(),
                       .q_dtype = r.q_bf16 ? ActivationDtype::kBF16 : ActivationDtype::kF32,
                       .out = d_out.as<float>(),
@@ -193,10 +201,49 @@ void run_and_compare(const RunSpec& r) {
                       .k_global_scale = r.g_k,
                       .v_global_scale = r.g_v,
                       .rotation = r.rotation,
-                      .softmax_scale = static_cast<float>(scale)},
-                     nullptr);
+                      .softmax_scale = static_cast<float>(scale),
+                      .early_dependents = r.product_after},
+                     stream);
+    // product_after: y [num_seqs][kProductRows] = bf16(out row) · W^T, W random bf16.
+    constexpr int64_t kProductRows = 64;
+    const int64_t width = num_q_heads * d;
+    std::vector<uint16_t> w_bits;
+    DeviceBuffer d_w, d_y;
+    if (r.product_after) {
+      w_bits.resize(static_cast<size_t>(kProductRows * width));
+      for (uint16_t& b : w_bits) b = quant::bf16_from_f32(normal(rng) * 0.05f);
+      d_w = DeviceBuffer::from(w_bits);
+      d_y = DeviceBuffer(static_cast<size_t>(num_seqs * kProductRows) * sizeof(float));
+      d_y.fill(0xFF);
+      GemvParams gp{.x = d_out.as<float>(), .rows = num_seqs, .k = width, .segments = {}, .num_segments = 1};
+      gp.segments[0] = {.w = d_w.as<uint16_t>(), .bias = nullptr, .out = d_y.as<float>(), .n = kProductRows};
+      gp.programmatic_launch = true;
+      gemv_bf16(gp, stream);
+    }
     NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
+    if (stream != nullptr) NIBBLE_CUDA_CHECK(cudaStreamDestroy(stream));
     const std::vector<float> actual = d_out.to_host<float>();
+    if (r.product_after) {
+      // Against the product of the output as it ended up (f32 sums of bf16 products: ~1e-6 of the
+      // magnitude); a read of the poisoned output gives NaN.
+      const std::vector<float> y = d_y.to_host<float>();
+      int64_t bad_products = 0;
+      for (int64_t s = 0; s < num_seqs; ++s) {
+        for (int64_t n = 0; n < kProductRows; ++n) {
+          double want = 0, magnitude = 0;
+          for (int64_t i = 0; i < width; ++i) {
+            const double term = static_cast<double>(quant::f32_from_bf16(w_bits[n * width + i])) *
+                                quant::f32_from_bf16(quant::bf16_from_f32(actual[s * width + i]));
+            want += term;
+            magnitude += std::abs(term);
+          }
+          const double got = y[s * kProductRows + n];
+          if (!(std::abs(got - want) <= 1e-4 * magnitude + 1e-30)) ++bad_products;
+        }
+      }
+      EXPECT_EQ(bad_products, 0) << describe(r, chunk) << ": the product launched behind the attention read "
+                                 << "something other than its output";
+    }
     int64_t bad = 0, first_bad = -1;
     double worst = 0;
     for (size_t i = 0; i < actual.size(); ++i) {
@@ -312,6 +359,18 @@ TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
                        .seq_lens = lens, .chunk_variants = {64, 128, 192, 256, 1024}});
       if (HasFailure()) return;
     }
+  }
+}
+
+// The engine's order: the merge triggers early and the o product, launched programmatically, waits
+// for it (the split plans of 64-token items merge up to 16 partials; the heuristic's may not split).
+TEST(CudaDecodeEarlyDependents, AProgrammaticProductBehindTheMergeReadsItsOutput) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (KvDtype dtype : {KvDtype::kBF16, KvDtype::kNVFP4}) {
+    run_and_compare({.dtype = dtype, .head_dim = 128, .kv_heads = 8, .group = 4, .page_size = 64,
+                     .seq_lens = {1024}, .chunk_variants = {0, 64}, .product_after = true});
+    run_and_compare({.dtype = dtype, .head_dim = 128, .kv_heads = 2, .group = 8, .page_size = 16,
+                     .seq_lens = {900, 1, 4000, 65}, .chunk_variants = {0, 64, 256}, .product_after = true});
   }
 }
 
