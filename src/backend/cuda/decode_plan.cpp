@@ -97,6 +97,10 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     if (in.blocks_per_sm > base_blocks_per_sm) {
       const int64_t cg_full = chunk_for_slots(in, max_granules, min_granules, in.blocks_per_sm);
       if (cg_full * kDecodeSplitGranule >= kDecodeLongItemTokens) cg = cg_full;
+    } else if (count_items(in, 1) * in.num_kv_heads * in.group_chunks <= in.num_sms * base_blocks_per_sm) {
+      // Memory-bound formats: one granule per item while that grid is still one wave at 2 blocks per
+      // SM (batch-1 steps of short contexts; "one wave of granules" in decode_plan.h).
+      cg = 1;
     }
     chunk = cg * kDecodeSplitGranule;
   }

@@ -29,12 +29,18 @@ inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half t
 // Issue-bound formats (blocks_per_sm above kDecodeMemoryBoundBlocksPerSm: V in nvfp4) go one granule
 // further when 128-token items still leave half the SMs idle: 1 x 1K nvfp4 (GQA 4 / 8, graph
 // replays) 9.2 / 9.5 us with 16 items of 64 tokens against 9.6-9.9 / 9.7-10.1 with 8 of 128; bf16
-// was 0.2-0.3 us slower at 64 (9.6 / 9.7 vs 9.3 / 9.5), so memory-bound formats stay at 128.
-// In the whole 8B batch-1 step (bench_model_decode, graph, 2026-11-30), forced item sizes against
-// these rules (ms/token, bf16 / nvfp4 KV): 1K 4.66-4.67 / 4.66-4.72 with the rules; 64-token
-// items 4.56-4.61 / 4.69-4.71, 256 4.65-4.66 / 4.74, 512 4.78-4.86 / 4.88, 1024 (no split, no
-// merge) 5.02-5.05 / 5.40; 4K 4.73-4.78 / 4.82-4.88 with the rules, 64: 4.82-4.87 / 4.78, 256:
-// 4.72 / 4.82-4.84. Within the runs' spread or slower: the rules stay.
+// was 0.2-0.3 us slower at 64 (9.6 / 9.7 vs 9.3 / 9.5) in those back-to-back calls, but not in
+// the model's step (next rule).
+// One wave of granules: memory-bound formats take one-granule (64-token) items when that grid fits
+// num_sms · kDecodeMemoryBoundBlocksPerSm blocks (batch 1 up to 2K tokens at 8 KV heads). Measured
+// in the whole 8B batch-1 step, where the merge is followed by the o GEMV
+// (bench_model_decode, graph, H200, 2026-11-30, three runs each, ms/token), memory-bound formats
+// gain from one-granule items as long as their grid is one wave at 2 blocks per SM, although
+// back-to-back decode calls lose 0.2-0.3 us there (above): bf16 / fp8 at 512 tokens 4.66-4.70 /
+// 4.68-4.72 with 128-token items -> 4.55-4.58 / 4.57-4.61; 1K 4.62-4.66 / 4.68-4.76 -> 4.56-4.57 /
+// 4.58-4.63; 2K 4.64-4.69 / 4.68-4.77 -> 4.59-4.64 / 4.61-4.64. At 4K (512 blocks at 64 tokens,
+// not one wave) 64-token items were slower: 4.73-4.78 -> 4.82-4.87 (bf16). nvfp4 keeps the rules
+// above (1K: 4.66-4.72 with them, 4.69-4.71 forced to 64; 256-token items 4.74).
 
 struct DecodePlanInputs {
   std::span<const int32_t> seq_lens;  // [num_seqs] tokens in the cache per sequence (>= 1), host

@@ -55,7 +55,9 @@ TEST(DecodeSplitPlan, MatchesTheMeasuredChoices) {
     int32_t chunk_tokens, splits;
   };
   const Case cases[] = {
-      {1, 1024, 2, 128, 8},     // half the SMs would idle with 256-token items: the floor drops to 128
+      {1, 512, 2, 64, 8},       // memory-bound, 64 blocks of one granule: one wave at 2 per SM
+      {1, 1024, 2, 64, 16},     // 128 blocks of one granule (the 8B step: 4.62-4.66 -> 4.56-4.57 ms)
+      {1, 2048, 2, 64, 32},     // 256 blocks: still one wave at 2 per SM
       {1, 1024, 4, 64, 16},     // issue-bound (nvfp4): 8 items still leave half idle, one granule each
       {1, 2048, 4, 128, 16},    // 128 blocks: no further drop
       {1, 4096, 2, 256, 16},    // 128 blocks; 32 items of 128 tokens were slower (14.8 vs 13.6 µs)
