@@ -182,8 +182,23 @@ void run_and_compare(const RunSpec& r) {
     d_out.fill(0xFF);  // NaN
     partial_out.fill(0xFF);
     partial_lse.fill(0xFF);
+    // product_after: y [num_seqs][kProductRows] = bf16(out row) · W^T, W random bf16, on a stream of
+    // its own (programmatic launch needs one), set up before the attention is launched.
+    constexpr int64_t kProductRows = 64;
+    const int64_t width = num_q_heads * d;
+    std::vector<uint16_t> w_bits;
+    DeviceBuffer d_w, d_y;
     cudaStream_t stream = nullptr;
-    if (r.product_after) NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    if (r.product_after) {
+      w_bits.resize(static_cast<size_t>(kProductRows * width));
+      for (uint16_t& b : w_bits) b = quant::bf16_from_f32(normal(rng) * 0.05f);
+      d_w = DeviceBuffer::from(w_bits);
+      d_y = DeviceBuffer(static_cast<size_t>(num_seqs * kProductRows) * sizeof(float));
+      d_y.fill(0xFF);
+      NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    }
+    // The fills run on the legacy default stream, which a non-blocking stream does not wait for.
+    NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
     decode_attention({.q = d_q.as<void>(),
                       .q_dtype = r.q_bf16 ? ActivationDtype::kBF16 : ActivationDtype::kF32,
                       .out = d_out.as<float>(),
@@ -204,17 +219,7 @@ void run_and_compare(const RunSpec& r) {
                       .softmax_scale = static_cast<float>(scale),
                       .early_dependents = r.product_after},
                      stream);
-    // product_after: y [num_seqs][kProductRows] = bf16(out row) · W^T, W random bf16.
-    constexpr int64_t kProductRows = 64;
-    const int64_t width = num_q_heads * d;
-    std::vector<uint16_t> w_bits;
-    DeviceBuffer d_w, d_y;
     if (r.product_after) {
-      w_bits.resize(static_cast<size_t>(kProductRows * width));
-      for (uint16_t& b : w_bits) b = quant::bf16_from_f32(normal(rng) * 0.05f);
-      d_w = DeviceBuffer::from(w_bits);
-      d_y = DeviceBuffer(static_cast<size_t>(num_seqs * kProductRows) * sizeof(float));
-      d_y.fill(0xFF);
       GemvParams gp{.x = d_out.as<float>(), .rows = num_seqs, .k = width, .segments = {}, .num_segments = 1};
       gp.segments[0] = {.w = d_w.as<uint16_t>(), .bias = nullptr, .out = d_y.as<float>(), .n = kProductRows};
       gp.programmatic_launch = true;
