@@ -418,14 +418,16 @@ int run(int argc, char** argv) {
         }
         return median(times);
       };
-      // graph + GEMV, eager + GEMV, graph + cuBLAS, graph + GEMV without programmatic launch
-      for (const int mode : args.modes) {
-        const bool graphs = mode != 1;
-        cuda.set_graphs_enabled(graphs);
+      // The backend settings of a mode (the file comment's list; 0 = the defaults).
+      auto set_mode = [&](int mode) {
+        cuda.set_graphs_enabled(mode != 1);
         cuda.set_small_matmul(mode != 2);
         cuda.set_gemv_programmatic_launch(mode != 3);
         cuda.set_small_op_fusion(mode != 4);
         cuda.set_merge_early_trigger(mode != 5);
+      };
+      for (const int mode : args.modes) {
+        set_mode(mode);
         const double t = time_steps();
         const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL",
                                           "on, RoPE + KV write unfused", "on, merge triggers the o GEMV at its end"};
@@ -437,11 +439,7 @@ int run(int argc, char** argv) {
         std::fflush(stdout);
       }
       for (const std::string& skip : args.skips) {
-        cuda.set_graphs_enabled(true);
-        cuda.set_small_matmul(true);
-        cuda.set_gemv_programmatic_launch(true);
-        cuda.set_small_op_fusion(true);
-        cuda.set_merge_early_trigger(true);
+        set_mode(0);
         timer.set_skip({.attention = skip != "rope_kv_write", .rope_kv_write = skip != "attention"});
         const double t = time_steps();
         timer.set_skip({});
@@ -454,6 +452,7 @@ int run(int argc, char** argv) {
         std::fflush(stdout);
       }
       if (args.breakdown && kv == args.kv.front() && context == args.contexts.front()) {
+        set_mode(0);  // the default settings, whichever mode ran last (breakdown_table turns graphs off)
         breakdown = breakdown_table(tf, pool, pages, page_size, context, args.steps, bandwidth, timer, cuda);
       }
     }

@@ -33,10 +33,9 @@ inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half t
 // the model's step (next rule).
 // One wave of granules: memory-bound formats take one-granule (64-token) items when that grid fits
 // num_sms · kDecodeMemoryBoundBlocksPerSm blocks (batch 1 up to 2K tokens at 8 KV heads). Measured
-// in the whole 8B batch-1 step, where the merge is followed by the o GEMV
-// (bench_model_decode, graph, H200, 2026-11-30, three runs each, ms/token), memory-bound formats
-// gain from one-granule items as long as their grid is one wave at 2 blocks per SM, although
-// back-to-back decode calls lose 0.2-0.3 us there (above): bf16 / fp8 at 512 tokens 4.66-4.70 /
+// in the whole 8B batch-1 step, where the merge is followed by the o GEMV (bench_model_decode,
+// graph, H200, 2026-11-30, three runs each, ms/token), although back-to-back decode calls lose
+// 0.2-0.3 us there (above): bf16 / fp8 at 512 tokens 4.66-4.70 /
 // 4.68-4.72 with 128-token items -> 4.55-4.58 / 4.57-4.61; 1K 4.62-4.66 / 4.68-4.76 -> 4.56-4.57 /
 // 4.58-4.63; 2K 4.64-4.69 / 4.68-4.77 -> 4.59-4.64 / 4.61-4.64. At 4K (512 blocks at 64 tokens,
 // not one wave) 64-token items were slower: 4.73-4.78 -> 4.82-4.87 (bf16). nvfp4 keeps the rules

@@ -191,6 +191,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   // A dependent kernel launched programmatically may start now: it waits for this grid's completion
   // before it reads what this grid writes. (No-op without such a dependent.)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // The batch after (it, bb) in this warp's sequence: the next batch of the item, else the first of
+  // the warp's next item.
+  auto advance = [&](int64_t& it, int& bb) {
+    if (++bb == batches) bb = 0, it += stride;
+  };
   uint4 buf0[kU][kMats], buf1[kU][kMats];
   int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   int b = 0;
@@ -200,8 +205,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   if (item < items) issue(buf0, item, 0);
   {
     int64_t item1 = item;
-    int b1 = 1;
-    if (b1 == batches) b1 = 0, item1 += stride;
+    int b1 = 0;
+    advance(item1, b1);
     if (item1 < items) issue(buf1, item1, b1);
   }
   bool next_issued = true;  // buf1 holds the loop's first `next` batch already
@@ -254,8 +259,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   // Two buffers in turn: the loop body is written twice so that both stay in registers.
   auto step = [&](uint4 (&cur)[kU][kMats], uint4 (&next)[kU][kMats]) {
     int64_t next_item = item;
-    int next_b = b + 1;
-    if (next_b == batches) next_b = 0, next_item += stride;
+    int next_b = b;
+    advance(next_item, next_b);
     if (next_item < items && !next_issued) issue(next, next_item, next_b);
     next_issued = false;
     consume(cur, b, acc);

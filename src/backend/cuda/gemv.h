@@ -52,8 +52,8 @@ struct GemvParams {
   GemvEpilogue epilogue = GemvEpilogue::kStore;
   const float* residual = nullptr;  // [rows, n] or null: kStore with one segment
   // Programmatic dependent launch (sm_90): the kernel may start while the previous kernel on the
-  // stream finishes; it loads its first two batches of weights (constant during a step), then waits for that
-  // kernel's results before it reads x or writes anything. It also lets the next kernel launched
+  // stream finishes; it loads its first two batches of weights (constant during a step), then waits
+  // for that kernel's results before it reads x or writes anything. It also lets the next kernel launched
   // this way (the down GEMV after gate/up) start as its own blocks finish.
   bool programmatic_launch = false;
   // RMSNorm fused into the staging of x (kStore and kSwiGlu): the products read
