@@ -110,6 +110,21 @@ __device__ __forceinline__ int k_dim(int c, int r, int h) {
   }
 }
 
+// ---- q staging swizzle (float offset of head h, dim d in the [8][D] f32 staging) ---------------------
+// The Q-fragment build has lane (g, c) read head g at dim k_dim(c, ..): with rows of D floats all
+// lanes of one read hit one bank modulo 32 — 32-way conflicts for nvfp4 (dims 32c apart), 16-way fp8,
+// 8-way bf16. XOR the dim's bits 0-2 with the head and bits 3-4 with its bits 5-6 (c for nvfp4, c/2
+// for fp8): every fragment read is conflict-free, and so are the staging writes (32 consecutive dims
+// of one head). Each row stays a permutation of itself.
+// Measured on the H200 (2026-11-30, graph replays, bench_decode_attention, GQA 4, bf16 / fp8 / nvfp4
+// us): 1 x 1K 9.4 / 9.0 / 9.1 -> 9.1 / 8.6 / 8.5, 1 x 4K 12.1 / 11.3 / 11.3 -> 11.9 / 11.1 / 10.7,
+// 1 x 16K 24.3 / 16.7 / 16.7 -> 24.4 / 16.5 / 15.9, 8 x 1K 17.8 / 13.7 / 13.7 -> 17.7 / 13.5 / 12.8:
+// the fragment build is on every block's path to its first MMA, so short items feel it.
+template <int kHeadDim>
+__device__ __forceinline__ int q_swz(int h, int d) {
+  return h * kHeadDim + (d ^ (h & 7) ^ (((d >> 5) & 3) << 3));
+}
+
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair16) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair16 & 0xFFFFu), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
@@ -518,22 +533,41 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   }
   const int n_items = a.seq_work_offset[seq + 1] - a.seq_work_offset[seq];  // epilogue only
 
-  // ---- q -> f32 staging (rotated, scaled), then hi/lo A fragments ---------------------------------------
+  // ---- q -> f32 staging (rotated, scaled; q_swz layout), then hi/lo A fragments ------------------------
+  // Element i = tid + j·kTcThreads of the [8][D] q block is q_reg[j]. Rotation runs on the natural
+  // layout in shared memory; without it the values go from registers straight to the swizzled one.
   const float q_mult = a.q_multiplier * T::kKUnitMult;
-#pragma unroll
-  for (int j = 0; j < kQPerThread; ++j) q_s[tid + j * kTcThreads] = q_reg[j];
-  __syncthreads();
-  if (a.rotate) hadamard_rows_smem(q_s, 8, D);
   float amax = 0.0f;
-  for (int i = tid; i < 8 * D; i += kTcThreads) {
-    const float x = q_s[i] * q_mult;
-    q_s[i] = x;
-    amax = fmaxf(amax, fabsf(x));
+  if (a.rotate) {  // block-uniform
+#pragma unroll
+    for (int j = 0; j < kQPerThread; ++j) q_s[tid + j * kTcThreads] = q_reg[j];
+    __syncthreads();
+    hadamard_rows_smem(q_s, 8, D);  // ends with a barrier
+    float x[kQPerThread];
+#pragma unroll
+    for (int j = 0; j < kQPerThread; ++j) {
+      x[j] = q_s[tid + j * kTcThreads] * q_mult;
+      amax = fmaxf(amax, fabsf(x[j]));
+    }
+    __syncthreads();  // every natural-layout read done before the swizzled writes
+#pragma unroll
+    for (int j = 0; j < kQPerThread; ++j) {
+      const int i = tid + j * kTcThreads;
+      q_s[q_swz<D>(i / D, i % D)] = x[j];
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kQPerThread; ++j) {
+      const int i = tid + j * kTcThreads;
+      const float x = q_reg[j] * q_mult;
+      q_s[q_swz<D>(i / D, i % D)] = x;
+      amax = fmaxf(amax, fabsf(x));
+    }
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
   if (lane == 0) m_w[warp] = amax;
-  __syncthreads();
+  __syncthreads();  // m_w and the staging written
   amax = fmaxf(fmaxf(m_w[0], m_w[1]), fmaxf(m_w[2], m_w[3]));
   // f16 Q: scale by 2^e so that |q| < 2^14 (no overflow, low halves stay normal); bf16 needs none.
   int e = 0;
@@ -555,8 +589,8 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int reg = 2 * ks + half;
-        const float x0 = q_s[g * D + k_dim<KF, D>(c, reg, 0)] * q_pow;
-        const float x1 = q_s[g * D + k_dim<KF, D>(c, reg, 1)] * q_pow;
+        const float x0 = q_s[q_swz<D>(g, k_dim<KF, D>(c, reg, 0))] * q_pow;
+        const float x1 = q_s[q_swz<D>(g, k_dim<KF, D>(c, reg, 1))] * q_pow;
         split_pair<T::kQkBf16>(x0, x1, r[2 * half], r[2 * half + 1]);  // rows g (hi) and g+8 (lo)
       }
       frag[k] = make_uint4(r[0], r[1], r[2], r[3]);
@@ -711,6 +745,11 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     l_w[warp * 8 + g] = l_run;
   }
   __syncthreads();  // every warp is done with its stages: the reduction may overwrite them
+  // The O^T writes into `red` below are 16-way bank conflicted at head_dim 128 (lanes g, c write rows
+  // 2c, 2c+1 at columns g·D/8 + j). Tried and rejected (H200, 2026-11-30, graph replays): an XOR
+  // swizzle making them conflict-free, with the merged outputs kept in registers and stored from there
+  // (no second barrier): slower at every short shape, unrolled or not, e.g. GQA 4 1 x 1K bf16 / fp8 /
+  // nvfp4 9.4 / 9.0 / 9.1 -> 10.0 / 9.4 / 9.8 us, 8 x 1K 13.7 -> 13.9 (nvfp4). Not profiled.
   auto merged = [&](int h, float& m_all, float& l_all) {
     m_all = -INFINITY;
 #pragma unroll
