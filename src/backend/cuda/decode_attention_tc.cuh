@@ -749,7 +749,10 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   // 2c, 2c+1 at columns g·D/8 + j). Tried and rejected (H200, 2026-11-30, graph replays): an XOR
   // swizzle making them conflict-free, with the merged outputs kept in registers and stored from there
   // (no second barrier): slower at every short shape, unrolled or not, e.g. GQA 4 1 x 1K bf16 / fp8 /
-  // nvfp4 9.4 / 9.0 / 9.1 -> 10.0 / 9.4 / 9.8 us, 8 x 1K 13.7 -> 13.9 (nvfp4). Not profiled.
+  // nvfp4 9.4 / 9.0 / 9.1 -> 10.0 / 9.4 / 9.8 us, 8 x 1K 13.7 -> 13.9 (nvfp4). Again on top of the
+  // once-per-head sums below (same day): the swizzle alone, the merged rows in the Q-fragment region,
+  // 1 x 1K 8.6 / 8.0 / 7.9 -> 8.8 / 8.2 / 8.3 us, 1 x 4K nvfp4 10.1 -> 10.4; the merged outputs stored
+  // to global memory from the merge loop (no second barrier) ~1 us slower everywhere. Not profiled.
   auto merged = [&](int h, float& m_all, float& l_all) {
     m_all = -INFINITY;
 #pragma unroll
