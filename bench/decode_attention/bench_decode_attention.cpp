@@ -287,7 +287,10 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
     launch.tc_steps = tc_steps;
     launch.tc_few_blocks = false;
     cuda::detail::launch_decode_kernel(launch, stream);
-    if (launch.split) cuda::detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, true, stream);
+    if (launch.split) {
+      cuda::detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits, true,
+                                         stream);
+    }
   };
   const double seconds = timing == Timing::kGraph
                              ? graph_median_seconds(call, c.copies)

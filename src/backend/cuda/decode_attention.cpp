@@ -149,6 +149,7 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   launch.grid_tc = dim3(static_cast<unsigned>(plan.num_work * kv_heads * group_chunks));
   launch.num_seqs = plan.num_seqs;
   launch.split = plan.max_splits > 1;
+  launch.max_splits = plan.max_splits;
   launch.tc_steps = detail::decode_tc_steps(kf, vf, static_cast<int>(head_dim), plan.chunk_tokens);
   launch.tc_few_blocks = launch.tc_steps == 2 && plan.chunk_tokens < kDecodeLongItemTokens &&
                         static_cast<int64_t>(launch.grid_tc.x) <= int64_t{detail::kTcFewBlocksPerSm} * plan.num_sms;
@@ -190,7 +191,8 @@ void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   detail::launch_decode_kernel(launch, stream);
   // The merge is launched programmatically: its blocks are scheduled while the decode kernel's last
   // blocks finish, instead of after a full launch gap (they wait for its results before reading).
-  if (launch.split) detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, true, stream);
+  if (launch.split) detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits, true,
+                                                 stream);
 }
 
 }  // namespace nibble::cuda

@@ -131,11 +131,13 @@ template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, dim3 grid,
                                 cudaStream_t stream);
 
-// The split-KV merge (decode_reduce.cu): grid (num_seqs, num_q_heads); returns at once for a
-// sequence of one work item. programmatic: launched with programmatic stream serialization (PDL),
-// so its blocks may be scheduled before the decode kernel ends (they wait for its results first).
-void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, bool programmatic,
-                          cudaStream_t stream);
+// The split-KV merge (decode_reduce.cu); a sequence of one work item is skipped (the decode kernel
+// wrote it). max_items (the plan's max_splits) picks the kernel: up to 8 items one warp per query
+// head (grid (num_seqs, ceil(num_q_heads / 4))), more a block per head (grid (num_seqs,
+// num_q_heads)). programmatic: launched with programmatic stream serialization (PDL), so its blocks
+// may be scheduled before the decode kernel ends (they wait for its results first).
+void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, int max_items,
+                          bool programmatic, cudaStream_t stream);
 
 // One decode_attention call, validated and resolved (decode_attention.cpp): the kernel arguments and
 // launch shapes. decode_attention() = prepare_decode_launch, launch_decode_kernel, then (split)
@@ -150,6 +152,7 @@ struct DecodeLaunch {
   dim3 grid_tc;    // tensor-core kernel: num_work · kv_heads · group_chunks blocks
   int num_seqs;
   bool split;      // some sequence has > 1 work item: the reduce kernel must run
+  int max_splits;  // most work items of one sequence (the plan's)
   // 16-token chunks per warp step of the tensor-core kernel (decode_tc_steps: 1 or 2); a benchmark
   // may override it before launch_decode_kernel to compare both builds on one plan.
   int tc_steps;

@@ -11,7 +11,9 @@ constexpr int kReduceThreads = 32 * kReduceWarps;
 constexpr int kBatch = 8;  // partial rows in flight per warp in pass 2
 
 // Merges a split sequence's partial outputs: out = g_v · Σ_i 2^(lse_i - m) o_i / Σ_i 2^(lse_i - m),
-// rotated back when the cache is rotated. grid (num_seqs, num_q_heads), block kReduceThreads.
+// rotated back when the cache is rotated. grid (num_seqs, num_q_heads), block kReduceThreads: the
+// kernel for plans of more than kFewItems items per sequence (decode_reduce_few_kernel below takes
+// the rest).
 //
 // Latency, not bandwidth, bounds it (a sequence's partials are a few KiB, in L2), so every load of
 // one pass is independent of the others: pass 1, each thread folds the log2-sum-exps of items
@@ -137,15 +139,101 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(DecodeKer
   }
 }
 
+// The merge of sequences split into at most kFewItems items: one warp per query head, 4 heads per
+// block, grid (num_seqs, ceil(num_q_heads / 4)). Lane i holds item i's lse; each lane adds its float4
+// pieces (lane, lane + 32) of every item's row, all loads of the warp issued at once. The block per
+// head above left 3 of its 4 warps idle at 2 items: a plan of 2 items at 32 x 2K GQA 8 launched 2048
+// merge blocks and took nvfp4 43.1 us, against 40.9 unsplit. This kernel (H200, 2026-11-30, graph
+// replays, bf16 / fp8 / nvfp4 us): 32 x 2K GQA 8 75.4 / 40.8 / 43.1 -> 75.4 / 40.9 / 37.1, GQA 4
+// nvfp4 38.8 -> 36.3; 8 x 1K GQA 8 17.3 / 14.0 / 13.5 -> 15.3 / 12.3 / 11.8; 16 x 1K GQA 8 26.9 /
+// 18.9 / 18.4 -> 23.6 / 15.5 / 15.2; 32 x 4K GQA 8 nvfp4 66.8 -> 60.7; unchanged above 8 items.
+constexpr int kFewItems = 8;
+__global__ void __launch_bounds__(kReduceThreads) decode_reduce_few_kernel(DecodeKernelArgs a, int head_dim) {
+  extern __shared__ float4 smem_f4[];
+  float* rows = reinterpret_cast<float*>(smem_f4);  // [kReduceWarps][head_dim]: the rotated path only
+  if (a.early_dependents) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // as above
+  const int seq = blockIdx.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int head = blockIdx.y * kReduceWarps + warp;
+  const int first = a.seq_work_offset[seq], last = a.seq_work_offset[seq + 1];
+  const int n = last - first;
+  if (n <= 1) return;  // written directly by the decode kernel (uniform per block)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int num_q_heads = a.num_q_heads;
+  const bool active = head < num_q_heads;  // warp-uniform; every warp stays for the rotated path's barriers
+  const int pieces = head_dim / 4;          // 16, 32 or 64 float4 per row
+  const float4* partial = reinterpret_cast<const float4*>(a.partial_out);
+
+  float4 row_b[kFewItems][2];
+#pragma unroll
+  for (int u = 0; u < kFewItems; ++u) {
+    const int64_t item = first + (u < n ? u : 0);
+    const float4* row = partial + (item * num_q_heads + (active ? head : 0)) * pieces;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int p = lane + 32 * k;
+      row_b[u][k] = active && u < n && p < pieces ? row[p] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  const float x =
+      active && lane < n ? a.partial_lse[static_cast<int64_t>(first + lane) * num_q_heads + head] : -INFINITY;
+  float m = x;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  const float weight = lane < n && active ? exp2f(x - m) : 0.0f;  // every item's lse is finite
+  float l = weight;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) l += __shfl_xor_sync(0xFFFFFFFFu, l, off);
+
+  float4 acc[2] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f), make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+#pragma unroll
+  for (int u = 0; u < kFewItems; ++u) {
+    const float w = __shfl_sync(0xFFFFFFFFu, weight, u);  // 0 past the last item
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const float4 v = row_b[u][k];
+      acc[k].x += w * v.x, acc[k].y += w * v.y, acc[k].z += w * v.z, acc[k].w += w * v.w;
+    }
+  }
+  const float inv_l = active ? 1.0f / l : 0.0f;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) acc[k].x *= inv_l, acc[k].y *= inv_l, acc[k].z *= inv_l, acc[k].w *= inv_l;
+  const float out_mult = a.v_global_scale * (a.rotate ? rsqrtf(static_cast<float>(head_dim)) : 1.0f);
+  float4* out = reinterpret_cast<float4*>(a.out + (static_cast<int64_t>(seq) * num_q_heads + head) * head_dim);
+  if (a.rotate) {  // block-uniform: the inverse rotation of the 4 merged rows in shared memory
+    float4* mine = reinterpret_cast<float4*>(rows + warp * head_dim);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (lane + 32 * k < pieces) mine[lane + 32 * k] = acc[k];
+    }
+    __syncthreads();
+    hadamard_rows_smem(rows, kReduceWarps, head_dim);  // ends with a barrier
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (lane + 32 * k < pieces) acc[k] = mine[lane + 32 * k];
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int p = lane + 32 * k;
+    if (p < pieces) {
+      out[p] = make_float4(acc[k].x * out_mult, acc[k].y * out_mult, acc[k].z * out_mult, acc[k].w * out_mult);
+    }
+  }
+}
+
 }  // namespace
 
-void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, bool programmatic,
-                          cudaStream_t stream) {
+void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, int max_items,
+                          bool programmatic, cudaStream_t stream) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
     throw_unsupported("decode reduce", "head_dim", "64, 128, 256", head_dim);
   }
+  const bool few = max_items <= kFewItems;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(args.num_q_heads));
+  const int head_blocks = few ? (args.num_q_heads + kReduceWarps - 1) / kReduceWarps : args.num_q_heads;
+  config.gridDim = dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(head_blocks));
   config.blockDim = dim3(kReduceThreads);
   config.dynamicSmemBytes = (kReduceWarps * head_dim + 2 * kReduceWarps) * sizeof(float);
   config.stream = stream;
@@ -154,7 +242,11 @@ void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_d
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = programmatic ? 1 : 0;
-  NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_kernel, args, head_dim));
+  if (few) {
+    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_few_kernel, args, head_dim));
+  } else {
+    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_kernel, args, head_dim));
+  }
 }
 
 }  // namespace nibble::cuda::detail
