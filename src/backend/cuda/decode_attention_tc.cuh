@@ -24,7 +24,7 @@
 // Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is f32 accumulation.
 //
 // Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments; aliased
-// by the q staging [8][head_dim] f32 in the prologue, the same 32·head_dim bytes), m/l [4 warps][8]
+// by the q staging [8][head_dim] f32 (q_swz layout) in the prologue, the same 32·head_dim bytes), m/l [4 warps][8]
 // f32 each, then work: the stages [4 warps][stages][stage] — aliased by the reduction
 // [4 warps][8][head_dim] f32 in the epilogue. The stages never alias the q staging, so the first KV
 // chunks are copied while q is loaded and turned into fragments.

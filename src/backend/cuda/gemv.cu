@@ -103,6 +103,11 @@ struct Config {
 //   cp.async.bulk.prefetch.L2 during the attention, from a forked graph branch: 4.72 -> 4.72 (o),
 //   4.75 -> 4.75 (8 MB), 4.74 -> 4.83 (16 MB); in the kernel chain 4.65 -> 4.82. With its weights in
 //   L2 the o product still took 14.1 us eager (15.0 from DRAM): at 33.5 MB it is ramp/drain-bound.
+// Measured on a copy of this kernel's batch-1 code (a scratch program: the 8B products of 32 layers
+// as 128 PDL kernels in one graph, 83.1% of 4610 GB/s, docs/PERFORMANCE.md sixth round): rows taken
+// from an atomic counter, one grab ahead per warp, 75.1%; the warp's next rows prefetched into L2
+// (cp.async.bulk.prefetch.L2) before griddepcontrol.wait, 4-32 KiB per warp: 81.3-74.9% (they slow
+// the previous kernel's last blocks, which the wait is for).
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;
