@@ -151,7 +151,8 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   launch.split = plan.max_splits > 1;
   launch.max_splits = plan.max_splits;
   launch.tc_steps = detail::decode_tc_steps(kf, vf, static_cast<int>(head_dim), plan.chunk_tokens);
-  launch.tc_few_blocks = launch.tc_steps == 2 && plan.chunk_tokens < kDecodeLongItemTokens &&
+  launch.tc_few_blocks = detail::tc_steps(kf, vf, static_cast<int>(head_dim)) == 2 &&
+                        plan.chunk_tokens < kDecodeLongItemTokens &&
                         static_cast<int64_t>(launch.grid_tc.x) <= int64_t{detail::kTcFewBlocksPerSm} * plan.num_sms;
   const bool supported = (kf == vf && (kf == ElemFormat::kF32 || kf == ElemFormat::kBF16 || kf == ElemFormat::kFP8 ||
                                        kf == ElemFormat::kNVFP4)) ||

@@ -86,6 +86,12 @@ void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_bl
       return;
     }
   }
+  if constexpr (kMaxSteps == 2) {
+    if (few_blocks) {
+      launch_decode_tc_steps<KF, VF, kHeadDim, 1, true>(args, grid, stream);
+      return;
+    }
+  }
   launch_decode_tc_steps<KF, VF, kHeadDim, 1>(args, grid, stream);
 }
 

@@ -268,6 +268,65 @@ __device__ __forceinline__ void pv_pair(float (&o)[kOT][4], int nt, const uint4&
   mma16816<kBf16>(o[nt / 2], v, pa.y, pa.w);  // P lo
 }
 
+// nvfp4 V: the words of rows 2c, 2c+1, 2c+8, 2c+9 holding this thread's dims [g·D/8, (g+1)·D/8).
+// Words of 8 nvfp4 codes a thread holds per V row: its head_dim / 8 dims are head_dim / 16 bytes.
+template <int kHeadDim>
+inline constexpr int kNvfp4VWords = kHeadDim / 64;
+
+template <int kHeadDim>
+__device__ __forceinline__ void nvfp4_v_words(const uint8_t* v_data, int c, int g,
+                                              uint32_t (&w)[4][kNvfp4VWords<kHeadDim>]) {
+  constexpr int kRow = static_cast<int>(quant::data_bytes(ElemFormat::kNVFP4, kHeadDim));
+  constexpr int kGBytes = kRow / 8;
+  constexpr int kWords = kGBytes / 4;  // 8 dims per word
+  static_assert(kWords == kNvfp4VWords<kHeadDim>, "words per thread");
+  const int rows[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    if constexpr (kWords == 1) {
+      w[r][0] = *reinterpret_cast<const uint32_t*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+    } else if constexpr (kWords == 2) {
+      const uint2 x = *reinterpret_cast<const uint2*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+      w[r][0] = x.x, w[r][1] = x.y;
+    } else {
+      const uint4 x = *reinterpret_cast<const uint4*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+      w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
+    }
+  }
+}
+
+// nvfp4 V: the block scales of rows (2c, 2c+1) and (2c+8, 2c+9) for word q of this thread's dims, as
+// f16x2 (nvfp4_scales_f16x2). Scales of tokens past the end were zero-filled with their data.
+template <int kHeadDim>
+__device__ __forceinline__ void nvfp4_v_scales(const uint8_t* v_scales, int g, int c, int q, uint32_t& s01,
+                                               uint32_t& s23) {
+  constexpr int kScaleRow = kHeadDim / 16;
+  const int rows[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+  const int block = (g * (kHeadDim / 8)) / 16 + (8 * q) / 16;  // the same for every q at head_dim 128
+  s01 = nvfp4_scales_f16x2(v_scales[rows[0] * kScaleRow + block], v_scales[rows[1] * kScaleRow + block]);
+  s23 = nvfp4_scales_f16x2(v_scales[rows[2] * kScaleRow + block], v_scales[rows[3] * kScaleRow + block]);
+}
+
+// nvfp4 V: the B registers of the two pv_pair calls of word q, dims 8q + 2j .. 8q + 2j + 3 (j = 0 or
+// 2): b[p] = (b0, b1, c0, c1) of n-tiles 8q + 2j + 2p and + 1, scaled.
+template <int kHeadDim>
+__device__ __forceinline__ void nvfp4_v_pairs(uint32_t s01, uint32_t s23, const uint32_t (&w)[4][kNvfp4VWords<kHeadDim>],
+                                              int q, int j, uint32_t (&b)[2][4]) {
+  const uint32_t sel = j | ((j + 1) << 4) | ((j + 4) << 8) | ((j + 5) << 12);
+  const uint32_t x01 = __byte_perm(w[0][q], w[1][q], sel);  // nibble pairs (r0, r1) at dims 8q+2j..+3
+  const uint32_t x23 = __byte_perm(w[2][q], w[3][q], sel);
+  uint32_t p01[4], p23[4];  // (r0, r1) and (r2, r3) at dims 8q + 2j + p
+  e2m1x8_pairs(x01, p01);
+  e2m1x8_pairs(x23, p23);
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    b[p][0] = hmul2_bits(p01[2 * p], s01);
+    b[p][1] = hmul2_bits(p23[2 * p], s23);
+    b[p][2] = hmul2_bits(p01[2 * p + 1], s01);
+    b[p][3] = hmul2_bits(p23[2 * p + 1], s23);
+  }
+}
+
 // PV for one chunk over the 16 tokens; thread (g, c) supplies tokens 2c, 2c+1, 2c+8, 2c+9 at dims
 // g·D/8 + nt of V n-tiles nt (pv_pair: O^T += V^T · P^T, two n-tiles at a time).
 template <ElemFormat VF, int kHeadDim>
@@ -321,51 +380,58 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
       }
     }
   } else {  // kNVFP4
-    constexpr int kWords = kGBytes / 4;  // 8 dims per word
-    constexpr int kScaleRow = kHeadDim / 16;
-    uint32_t w[4][kWords];
+    uint32_t w[4][kNvfp4VWords<kHeadDim>];
+    nvfp4_v_words<kHeadDim>(v_data, c, g, w);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      if constexpr (kWords == 1) {
-        w[r][0] = *reinterpret_cast<const uint32_t*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
-      } else if constexpr (kWords == 2) {
-        const uint2 x = *reinterpret_cast<const uint2*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
-        w[r][0] = x.x, w[r][1] = x.y;
-      } else {
-        const uint4 x = *reinterpret_cast<const uint4*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
-        w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kWords; ++q) {
-      const int block = (g * (kHeadDim / 8)) / 16 + (8 * q) / 16;  // the same for every q at head_dim 128
-      // Scales of tokens past the end were zero-filled with their data (copy_region).
-      const uint32_t s01 = nvfp4_scales_f16x2(v_scales[rows[0] * kScaleRow + block], v_scales[rows[1] * kScaleRow + block]);
-      const uint32_t s23 = nvfp4_scales_f16x2(v_scales[rows[2] * kScaleRow + block], v_scales[rows[3] * kScaleRow + block]);
+    for (int q = 0; q < kNvfp4VWords<kHeadDim>; ++q) {
+      uint32_t s01, s23;
+      nvfp4_v_scales<kHeadDim>(v_scales, g, c, q, s01, s23);
 #pragma unroll
       for (int j = 0; j < 4; j += 2) {
-        const uint32_t sel = j | ((j + 1) << 4) | ((j + 4) << 8) | ((j + 5) << 12);
-        const uint32_t x01 = __byte_perm(w[0][q], w[1][q], sel);  // nibble pairs (r0, r1) at dims 8q+2j..+3
-        const uint32_t x23 = __byte_perm(w[2][q], w[3][q], sel);
-        const int nt = 8 * q + 2 * j;
-        uint32_t p01[4], p23[4];  // (r0, r1) and (r2, r3) at dims 8q + 2j + p
-        e2m1x8_pairs(x01, p01);
-        e2m1x8_pairs(x23, p23);
+        uint32_t b[2][4];
+        nvfp4_v_pairs<kHeadDim>(s01, s23, w, q, j, b);
 #pragma unroll
-        for (int p = 0; p < 4; p += 2) {
-          pv_pair<false>(o, nt + p, pa, hmul2_bits(p01[p], s01), hmul2_bits(p23[p], s23), hmul2_bits(p01[p + 1], s01),
-                             hmul2_bits(p23[p + 1], s23));
-        }
+        for (int p = 0; p < 2; ++p) pv_pair<false>(o, 8 * q + 2 * j + 2 * p, pa, b[p][0], b[p][1], b[p][2], b[p][3]);
       }
     }
   }
+}
+
+// nvfp4 V, all of a chunk's B registers at once (vb[m] = pv_pair's b0, b1, c0, c1 of n-tiles 2m,
+// 2m + 1), so the decode can run before the softmax; pv_nvfp4_decoded issues the MMAs.
+template <int kHeadDim>
+__device__ __forceinline__ void nvfp4_v_decode(const uint8_t* v_data, const uint8_t* v_scales, int g, int c,
+                                               uint32_t (&vb)[kHeadDim / 16][4]) {
+  uint32_t w[4][kNvfp4VWords<kHeadDim>];
+  nvfp4_v_words<kHeadDim>(v_data, c, g, w);
+#pragma unroll
+  for (int q = 0; q < kNvfp4VWords<kHeadDim>; ++q) {
+    uint32_t s01, s23;
+    nvfp4_v_scales<kHeadDim>(v_scales, g, c, q, s01, s23);
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+      uint32_t b[2][4];
+      nvfp4_v_pairs<kHeadDim>(s01, s23, w, q, j, b);
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) vb[4 * q + j + p][r] = b[p][r];
+      }
+    }
+  }
+}
+template <int kHeadDim>
+__device__ __forceinline__ void pv_nvfp4_decoded(const uint32_t (&vb)[kHeadDim / 16][4], const uint4& pa,
+                                                 float (&o)[kHeadDim / 16][4]) {
+#pragma unroll
+  for (int m = 0; m < kHeadDim / 16; ++m) pv_pair<false>(o, 2 * m, pa, vb[m][0], vb[m][1], vb[m][2], vb[m][3]);
 }
 
 // kSteps: 16-token chunks per warp step (1 or 2, tc_steps): warp w takes chunks kSteps·w ..
 // kSteps·w + kSteps - 1, then kSteps·(w + 4) ..; one softmax, one rescale vote and one ring wait per
 // step, and two chunks' MMA chains to interleave.
 //
-// kFewBlocks (DecodeLaunch::tc_few_blocks; nvfp4 d128 32-token steps only): the build for plans of at most
+// kFewBlocks (DecodeLaunch::tc_few_blocks; nvfp4 d128 only): the build for plans of at most
 // kTcFewBlocksPerSm blocks per SM (the short shapes, where each scheduler has 2-3 warps and a block's
 // few steps wait on its prologue): registers of 3 blocks (144 instead of 122, the compiler schedules
 // the K decode more freely) and the prologue's last copy deferred to the first step (kDefer).
@@ -524,8 +590,8 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   // q fragments are built (the stages do not alias the q staging).
   // kFewBlocks: the last one (local chunk kStages - kSteps - 1, the first of the next step) is issued
   // at the first step instead, after the q fragments (its own commit group, in cursor order).
-  constexpr int kDefer = kFewBlocks ? 1 : 0;
-  static_assert(!kFewBlocks || (kSteps == 2 && T::kStages - kSteps - kDefer >= kSteps), "step 0 stays in the prologue");
+  constexpr int kDefer = kFewBlocks && kSteps == 2 ? 1 : 0;
+  static_assert(T::kStages - kSteps - kDefer >= kSteps, "step 0 stays in the prologue");
 #pragma unroll
   for (int s = 0; s < T::kStages - kSteps; ++s) {
     if (s < T::kStages - kSteps - kDefer && s < n_local) issue(s, advance_after(s));
@@ -683,6 +749,17 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
         for (int j = 0; j < 2; ++j) s[u][2 * t + j] = (acc[t][j] + acc[t][j + 2]) * score_mult;
       }
     }
+    // kHoistV (the few-blocks build of 16-token steps: nvfp4 items of <= 64 tokens, one chunk per
+    // warp, registers of 3 blocks): V decoded now, so that its integer work overlaps Q·K^T's MMAs
+    // and the softmax instead of following them. H200, 2026-11-30, graph replays, fp8 / nvfp4 us,
+    // GQA 4: 1 x 1K 8.0 / 8.0 -> 8.0 / 7.9 (0.995 -> 0.979-0.984), 1 x 768 7.7 / 7.8 -> 7.7 / 7.7
+    // (1.011 -> 0.997-0.999); GQA 8 1 x 1K 0.985 -> 0.976-0.978.
+    constexpr bool kHoistV = kSteps == 1 && kFewBlocks && VF == ElemFormat::kNVFP4;
+    uint32_t vb[kHoistV ? D / 16 : 1][4];
+    if constexpr (kHoistV) {
+      const uint8_t* v_data = st[0] + T::kKBytes + T::kKScaleBytes;
+      nvfp4_v_decode<D>(v_data, v_data + T::kVBytes, g, c, vb);
+    }
     // Mask tokens past the end: warp-uniform, only an item's last step has any (the per-score
     // compare and select ran on every step before: ~20 instructions per 32 tokens).
     if (rem < kStepTokens) {
@@ -730,8 +807,12 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
       uint4 pa;
       split_pair<T::kPvBf16>(p[u][0], p[u][1], pa.x, pa.y);  // k = tokens 2c, 2c+1: rows g (hi), g+8 (lo)
       split_pair<T::kPvBf16>(p[u][2], p[u][3], pa.z, pa.w);  // k = tokens 8+2c, 9+2c
-      const uint8_t* v_data = st[u] + T::kKBytes + T::kKScaleBytes;
-      pv_chunk<VF, D>(v_data, v_data + T::kVBytes, g, c, pa, o);
+      if constexpr (kHoistV) {
+        pv_nvfp4_decoded<D>(vb, pa, o);
+      } else {
+        const uint8_t* v_data = st[u] + T::kKBytes + T::kKScaleBytes;
+        pv_chunk<VF, D>(v_data, v_data + T::kVBytes, g, c, pa, o);
+      }
     }
     __syncwarp();  // the next issue overwrites these stages
   }

@@ -125,7 +125,7 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
 
 // Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside,
 // steps = 16-token chunks per warp step (1, or 2 where tc_steps is 2; decode_tc_steps); few_blocks
-// (with steps 2 only) = the few-blocks build (DecodeLaunch::tc_few_blocks).
+// (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, dim3 grid,
@@ -156,7 +156,8 @@ struct DecodeLaunch {
   // 16-token chunks per warp step of the tensor-core kernel (decode_tc_steps: 1 or 2); a benchmark
   // may override it before launch_decode_kernel to compare both builds on one plan.
   int tc_steps;
-  // With tc_steps 2: the few-blocks build (decode_attention_tc.cuh, kFewBlocks), for plans of short
+  // Where tc_steps(format, head_dim) is 2 (nvfp4 d128), with either step size: the few-blocks build
+  // (decode_attention_tc.cuh, kFewBlocks; with 16-token steps it also decodes V before the softmax), for plans of short
   // items (< kDecodeLongItemTokens, sized for kDecodeMemoryBoundBlocksPerSm blocks per SM) whose grid
   // fits kTcFewBlocksPerSm blocks on each of the plan's SMs (DecodeSplitPlan::num_sms). A benchmark
   // may clear it to time the any-plan build.
