@@ -327,6 +327,26 @@ __device__ __forceinline__ void nvfp4_v_pairs(uint32_t s01, uint32_t s23, const 
   }
 }
 
+// nvfp4 V of one chunk, pair by pair: fn(m, b) with b = pv_pair's (b0, b1, c0, c1) of n-tiles 2m,
+// 2m + 1 (m = 0 .. head_dim/16 - 1, in this order), decoded and scaled.
+template <int kHeadDim, typename Fn>
+__device__ __forceinline__ void nvfp4_v_each(const uint8_t* v_data, const uint8_t* v_scales, int g, int c, Fn&& fn) {
+  uint32_t w[4][kNvfp4VWords<kHeadDim>];
+  nvfp4_v_words<kHeadDim>(v_data, c, g, w);
+#pragma unroll
+  for (int q = 0; q < kNvfp4VWords<kHeadDim>; ++q) {
+    uint32_t s01, s23;
+    nvfp4_v_scales<kHeadDim>(v_scales, g, c, q, s01, s23);
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+      uint32_t b[2][4];
+      nvfp4_v_pairs<kHeadDim>(s01, s23, w, q, j, b);
+      fn(4 * q + j, b[0]);
+      fn(4 * q + j + 1, b[1]);
+    }
+  }
+}
+
 // PV for one chunk over the 16 tokens; thread (g, c) supplies tokens 2c, 2c+1, 2c+8, 2c+9 at dims
 // g·D/8 + nt of V n-tiles nt (pv_pair: O^T += V^T · P^T, two n-tiles at a time).
 template <ElemFormat VF, int kHeadDim>
@@ -380,20 +400,9 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
       }
     }
   } else {  // kNVFP4
-    uint32_t w[4][kNvfp4VWords<kHeadDim>];
-    nvfp4_v_words<kHeadDim>(v_data, c, g, w);
-#pragma unroll
-    for (int q = 0; q < kNvfp4VWords<kHeadDim>; ++q) {
-      uint32_t s01, s23;
-      nvfp4_v_scales<kHeadDim>(v_scales, g, c, q, s01, s23);
-#pragma unroll
-      for (int j = 0; j < 4; j += 2) {
-        uint32_t b[2][4];
-        nvfp4_v_pairs<kHeadDim>(s01, s23, w, q, j, b);
-#pragma unroll
-        for (int p = 0; p < 2; ++p) pv_pair<false>(o, 8 * q + 2 * j + 2 * p, pa, b[p][0], b[p][1], b[p][2], b[p][3]);
-      }
-    }
+    nvfp4_v_each<kHeadDim>(v_data, v_scales, g, c, [&](int m, const uint32_t (&b)[4]) {
+      pv_pair<false>(o, 2 * m, pa, b[0], b[1], b[2], b[3]);
+    });
   }
 }
 
@@ -402,23 +411,10 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
 template <int kHeadDim>
 __device__ __forceinline__ void nvfp4_v_decode(const uint8_t* v_data, const uint8_t* v_scales, int g, int c,
                                                uint32_t (&vb)[kHeadDim / 16][4]) {
-  uint32_t w[4][kNvfp4VWords<kHeadDim>];
-  nvfp4_v_words<kHeadDim>(v_data, c, g, w);
+  nvfp4_v_each<kHeadDim>(v_data, v_scales, g, c, [&](int m, const uint32_t (&b)[4]) {
 #pragma unroll
-  for (int q = 0; q < kNvfp4VWords<kHeadDim>; ++q) {
-    uint32_t s01, s23;
-    nvfp4_v_scales<kHeadDim>(v_scales, g, c, q, s01, s23);
-#pragma unroll
-    for (int j = 0; j < 4; j += 2) {
-      uint32_t b[2][4];
-      nvfp4_v_pairs<kHeadDim>(s01, s23, w, q, j, b);
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) vb[4 * q + j + p][r] = b[p][r];
-      }
-    }
-  }
+    for (int r = 0; r < 4; ++r) vb[m][r] = b[r];
+  });
 }
 template <int kHeadDim>
 __device__ __forceinline__ void pv_nvfp4_decoded(const uint32_t (&vb)[kHeadDim / 16][4], const uint4& pa,
