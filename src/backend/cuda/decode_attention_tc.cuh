@@ -268,11 +268,11 @@ __device__ __forceinline__ void pv_pair(float (&o)[kOT][4], int nt, const uint4&
   mma16816<kBf16>(o[nt / 2], v, pa.y, pa.w);  // P lo
 }
 
-// nvfp4 V: the words of rows 2c, 2c+1, 2c+8, 2c+9 holding this thread's dims [g·D/8, (g+1)·D/8).
 // Words of 8 nvfp4 codes a thread holds per V row: its head_dim / 8 dims are head_dim / 16 bytes.
 template <int kHeadDim>
 inline constexpr int kNvfp4VWords = kHeadDim / 64;
 
+// nvfp4 V: the words of rows 2c, 2c+1, 2c+8, 2c+9 holding this thread's dims [g·D/8, (g+1)·D/8).
 template <int kHeadDim>
 __device__ __forceinline__ void nvfp4_v_words(const uint8_t* v_data, int c, int g,
                                               uint32_t (&w)[4][kNvfp4VWords<kHeadDim>]) {
