@@ -76,7 +76,11 @@ constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int
   const int work_red = kTcWarps * 8 * head_dim * 4;    // cross-warp reduction / q staging
   const int smem = qfrag + stats + (work_stages > work_red ? work_stages : work_red);
   int blocks = kSmemPerSm / (smem + kSmemReservedPerBlock);
-  const int max_blocks = head_dim >= 256 ? 2 : 4;  // head_dim 256 needs the registers of 2 blocks/SM
+  // head_dim 256 needs the registers of 2 blocks/SM. 5 blocks/SM for nvfp4 d128 (4 stages, <= 96
+  // registers; H200, 2026-11-30, 32 x 32K GQA 4): the 16-token-step build (95 registers) 402.8 ->
+  // 409.7 us, the 32-token one spills (132 bytes) and took 490 us: more warps do not help the
+  // issue-bound kernel (ncu: 1.2% of its stalls wait on memory).
+  const int max_blocks = head_dim >= 256 ? 2 : 4;
   blocks = blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks);
   return {stage, stages, smem, blocks};
 }

@@ -6,6 +6,16 @@ namespace nibble::cuda::detail {
 
 namespace {
 
+// Tried and rejected (H200, 2026-11-30, seventh session): the merge inside the decode kernel, done
+// by the last block of each (sequence, head chunk) to finish (counted with an acq_rel atomic; its 4
+// warps one head each, 8 partial rows in flight), no merge kernel and no kernel boundary. Slower at
+// every split shape that is not long, graph replays, bf16 / fp8 / nvfp4 us, merge kernel -> in the
+// decode kernel: GQA 4 1 x 1K 8.7 / 8.1 / 8.0 -> 9.5 / 8.8 / 8.8, 1 x 16K 26.2 / 17.7 / 15.4 ->
+// 28.7 / 20.1 / 17.8, 8 x 1K 16.6 / 13.0 / 11.8 -> 16.7 / 13.1 / 12.0; GQA 8 1 x 1K 9.1 / 8.5 / 8.4 ->
+// 11.7 / 11.0 / 11.0; 8 x 32K equal; 8B batch-1 step at 1K 4.526 / 4.540 -> 4.571 / 4.557 ms. The
+// merge of a sequence's head chunk then falls to one block, 2-4 dependent L2 round trips over 16-32
+// items, where this kernel spreads the heads over up to 32 blocks per sequence. (The merge's whole
+// cost, timed by leaving it out: 0.8-1.8 us at 1 x 1K, ~4 us at 8 x 32K nvfp4.)
 constexpr int kReduceWarps = 4;
 constexpr int kReduceThreads = 32 * kReduceWarps;
 constexpr int kBatch = 8;  // partial rows in flight per warp in pass 2

@@ -69,6 +69,10 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
 // (x << b & 0x0E000E00) with the shifts as mul.lo / mul.hi (to move them to the FMA pipe): the
 // 32-token nvfp4 build went from 335 LOP3 + 80 PRMT + 524 IMAD to 399 + 16 + 686 SASS, and nvfp4
 // slowed everywhere: 32 x 32K GQA 4 420.6 -> 481.3 us, 1 x 16K 17.7 -> 18.5, 8 x 1K 14.4 -> 14.8.
+// And the one right shift (x >> 3 of the high nibbles) as the high word of x · 2^29 (IMAD.HI on the
+// FMA pipe; the multiplier in __constant__ so that ptxas keeps the multiply; 32 SHF -> 32 IMAD.HI
+// per 32-token step, ALU work -8%): slower, 32 x 32K GQA 4 388.7 / 390.6 -> 402.6 / 404.1 us, 1 x 4K
+// 10.0 -> 10.6 (H200, 2026-11-30).
 __device__ __forceinline__ void e2m1x8_pairs(uint32_t x, uint32_t (&pairs)[4]) {
   uint32_t lo_highs, hi_highs;
   e2m1x8_high_bytes(x, lo_highs, hi_highs);

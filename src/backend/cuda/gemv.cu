@@ -107,7 +107,10 @@ struct Config {
 // as 128 PDL kernels in one graph, 83.1% of 4610 GB/s, docs/PERFORMANCE.md sixth round): rows taken
 // from an atomic counter, one grab ahead per warp, 75.1%; the warp's next rows prefetched into L2
 // (cp.async.bulk.prefetch.L2) before griddepcontrol.wait, 4-32 KiB per warp: 81.3-74.9% (they slow
-// the previous kernel's last blocks, which the wait is for).
+// the previous kernel's last blocks, which the wait is for). And right after the wait, while x is
+// staged and DRAM has nothing else to do, the warp's next 1 / 2 / 4 batches prefetched into L2 (one
+// bulk prefetch per batch and matrix from lane 0): slower, 8B batch-1 step at 1K bf16 4.46-4.49 ->
+// 4.55-4.60 / 4.66-4.72 / 4.86-4.88 ms (H200, 2026-11-30, seventh session).
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;
