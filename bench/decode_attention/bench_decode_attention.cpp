@@ -5,12 +5,14 @@
 //
 //   bench_decode_attention [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,...]
 //                          [--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]
-//                          [--timing graph|eager|both] [--chunks C1,C2,...]
+//                          [--timing graph|eager|both] [--chunks C1,C2,...] [--page-size N]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
 // skip the write path / the decode table; --nvfp4-rule picks the write path's nvfp4 block-scale rule
-// (4over6: a second candidate scale and both block errors per block, docs/kv_layout.md).
+// (4over6: a second candidate scale and both block errors per block, docs/kv_layout.md);
+// --page-size sets the tokens per KV page (default 16, the engine's: every 16-token chunk the decode
+// kernel copies is then a page of its own).
 //
 // Timing (--timing, default both): "graph" = CUDA-graph replays of N decode_attention calls
 // captured once (decode kernel + PDL reduce per call, N >= the page copies), time per call = graph
@@ -87,7 +89,9 @@ using namespace nibble;
 using quant::KvDtype;
 
 constexpr int kHeadDim = 128;
-constexpr int kPageSize = 64;
+// Tokens per KV page (--page-size): the engine's default unless given (EngineOptions::page_size,
+// `nibble serve --page-size`). The rounds of docs/PERFORMANCE.md before the seventh used 64.
+int64_t g_page_size = 16;
 constexpr int kKvHeads = 8;
 
 struct Device {
@@ -228,8 +232,8 @@ struct DecodeCase {
 std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, const Shape& shape,
                                            int64_t force_chunk = 0) {
   DecodeCase c{.layout = cache::PageLayout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype,
-                                           kPageSize)};
-  c.pages_per_seq = (shape.ctx + kPageSize - 1) / kPageSize;
+                                           g_page_size)};
+  c.pages_per_seq = (shape.ctx + g_page_size - 1) / g_page_size;
   c.pages_per_copy = c.pages_per_seq * shape.batch;
   c.copy_bytes = c.pages_per_copy * c.layout.page_bytes();
   const int64_t budget = static_cast<int64_t>(dev.free_bytes * 0.6);
@@ -307,8 +311,8 @@ struct WriteShape {
 
 // Bytes per arena region of the write path for `tokens` tokens in `dtype`.
 std::vector<int64_t> write_region_bytes(KvDtype dtype, int64_t tokens) {
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, kPageSize);
-  const int64_t pages = (tokens + kPageSize - 1) / kPageSize;
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, g_page_size);
+  const int64_t pages = (tokens + g_page_size - 1) / g_page_size;
   std::vector<int64_t> b(kNumRegions, 0);
   b[kPool] = pages * layout.page_bytes();
   b[kWriteK] = b[kWriteV] = tokens * kKvHeads * kHeadDim * 4;
@@ -319,9 +323,9 @@ std::vector<int64_t> write_region_bytes(KvDtype dtype, int64_t tokens) {
 
 // Seconds per kv_write call of `w.tokens` tokens in `dtype` (one sequence), buffers from `arena`.
 double bench_write(const DeviceArena& arena, KvDtype dtype, const WriteShape& w) {
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, kPageSize);
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, g_page_size);
   const int64_t tokens = w.tokens;
-  const int64_t pages = (tokens + kPageSize - 1) / kPageSize;
+  const int64_t pages = (tokens + g_page_size - 1) / g_page_size;
   const std::vector<int64_t> bytes = write_region_bytes(dtype, tokens);
   const int64_t elems = tokens * kKvHeads * kHeadDim;
   float* k = arena.at<float>(kWriteK, bytes[kWriteK]);
@@ -347,7 +351,7 @@ double bench_write(const DeviceArena& arena, KvDtype dtype, const WriteShape& w)
 
 // Bytes one kv_write call of `tokens` tokens moves: the f32 K and V read + the stored cache bytes.
 double write_io_bytes(KvDtype dtype, int64_t tokens) {
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, kPageSize);
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, g_page_size);
   return 2.0 * tokens * kKvHeads * kHeadDim * 4 + static_cast<double>(tokens) * layout.bytes_per_token_per_layer();
 }
 
@@ -452,6 +456,15 @@ int main(int argc, char** argv) {
         chunks.push_back(v);
         at = end + 1;
       }
+    } else if (arg == "--page-size" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      char* tail = nullptr;
+      const long v = std::strtol(text.c_str(), &tail, 10);
+      if (text.empty() || *tail != 0 || v < 16 || v % 16 != 0 || v > 1024) {
+        fmt::print(stderr, "--page-size: '{}' is not a multiple of 16 in 16..1024 (the decode kernel's pages)\n", text);
+        return 2;
+      }
+      g_page_size = v;
     } else if (arg == "--nvfp4-rule" && i + 1 < argc) {
       const std::string rule = argv[++i];
       if (rule != "6" && rule != "4over6") {
@@ -463,7 +476,7 @@ int main(int argc, char** argv) {
       fmt::print(stderr,
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
                  "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
-                 "[--chunks C1,C2,...]\nunknown argument '{}'\n",
+                 "[--chunks C1,C2,...] [--page-size N]\nunknown argument '{}'\n",
                  argv[0], arg);
       return 2;
     }
@@ -533,7 +546,7 @@ int main(int argc, char** argv) {
     fmt::print("{}\n", timing);
     fmt::print("decode attention, head_dim {}, page {}, {} KV heads, q f32, output f32; GB/s counts KV bytes "
                "(incl. scales) + q + output; %BW = of the read bandwidth above\n",
-               kHeadDim, kPageSize, kKvHeads);
+               kHeadDim, g_page_size, kKvHeads);
     fmt::print("timing column: graph = CUDA-graph replay of N captured calls, per call (GPU time of decode kernel + "
                "reduce, no host launch cost; what the engine's graph-replayed decode steps see); eager = calls "
                "launched from the host back to back (includes host launch cost where it exceeds GPU time); "
@@ -543,6 +556,7 @@ int main(int argc, char** argv) {
     report["device"] = dev.name;
     report["read_gbps"] = read_gbps;
     report["copy_gbps"] = copy_gbps;
+    report["page_size"] = g_page_size;
     report["arena_bytes"] = arena.bytes();
     report["orders"] = both_orders ? 2 : 1;
     report["timing"] = timing;
