@@ -14,7 +14,9 @@
 //   modes      CUDA graph + GEMV (the default), eager, graph + cuBLAS, graph + GEMV without
 //              programmatic dependent launch (gemv.h), graph + GEMV with RoPE and the KV write as
 //              two plain launches (CudaBackend::set_small_op_fusion(false): the state before), graph +
-//              GEMV with the split merge's early trigger off (CudaBackend::set_merge_early_trigger);
+//              GEMV with the split merge's early trigger off (CudaBackend::set_merge_early_trigger),
+//              graph + GEMV with the token drawn on the device (greedy, runtime::run_forward_step_sampled:
+//              the engine's generation step, a few bytes back instead of the vocabulary's logits);
 //   products   each batch-1 product alone (single and fused, L2 flushed before each), the GEMV
 //              (gemv.h, the default) against cuBLAS, in GB/s and as a fraction of the read bandwidth;
 //   roofline   the device's read bandwidth measured in the same run (bench/common/read_bandwidth.h); the
@@ -30,11 +32,12 @@
 //              the model's; the rows say so.
 //
 //   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
-//                      [--modes 0,1,2,3,4,5] [--no-products] [--no-breakdown]
+//                      [--modes 0,1,2,3,4,5,6] [--no-products] [--no-breakdown]
 //                      [--skip attention,rope_kv_write,both]
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
 //          RoPE and KV write unfused, 5 graph + GEMV, the decode merge triggering the o GEMV at its
-//          end instead of its start
+//          end instead of its start, 6 graph + GEMV, the token sampled on the device (as the engine
+//          generates; the other modes copy the logits to the host)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -119,11 +122,11 @@ Args parse_args(int argc, char** argv) {
       a.modes.clear();
       for (const std::string& m : split(value())) {
         const int mode = std::stoi(m);
-        NIBBLE_CHECK(mode >= 0 && mode <= 5, "--modes: {} is not one of 0..5", m);
+        NIBBLE_CHECK(mode >= 0 && mode <= 6, "--modes: {} is not one of 0..6", m);
         a.modes.push_back(mode);
       }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4,5 "
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4,5,6 "
                   "--no-products --no-breakdown --skip attention,rope_kv_write,both)",
                   arg);
     }
@@ -401,7 +404,8 @@ int run(int argc, char** argv) {
       std::iota(pages.begin(), pages.end(), 0);
       const double kv_bytes_per_token = static_cast<double>(pool.layout().page_bytes()) / page_size;
       // Median wall time of args.steps decode steps after 3 warm-up steps (eager, capture, replay).
-      auto time_steps = [&]() {
+      // sampled: the token drawn on the device (greedy) instead of the logits copied back.
+      auto time_steps = [&](bool sampled = false) {
         std::vector<double> times;
         for (int step = 0; step < args.steps + 3; ++step) {
           const int64_t position = context - 1 + step;
@@ -411,9 +415,17 @@ int run(int argc, char** argv) {
               .tokens = {&token, 1},
               .pages = {pages.data(), static_cast<size_t>((position + 1 + page_size - 1) / page_size)}};
           const auto begin = std::chrono::steady_clock::now();
-          const std::vector<float> logits = runtime::run_forward_step(tf, pool, quant::Rotation::kNone, {&s, 1});
+          if (sampled) {
+            const backend::SampleRequest greedy{};
+            const std::vector<backend::SampledToken> drawn =
+                runtime::run_forward_step_sampled(tf, pool, quant::Rotation::kNone, {&s, 1}, {&greedy, 1});
+            NIBBLE_CHECK(drawn.size() == 1 && drawn[0].id >= 0 && drawn[0].id < vocab, "expected one token id");
+          } else {
+            const std::vector<float> logits = runtime::run_forward_step(tf, pool, quant::Rotation::kNone, {&s, 1});
+            NIBBLE_CHECK(static_cast<int64_t>(logits.size()) == vocab, "expected {} logits, got {}", vocab,
+                         logits.size());
+          }
           const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-          NIBBLE_CHECK(static_cast<int64_t>(logits.size()) == vocab, "expected {} logits, got {}", vocab, logits.size());
           if (step >= 3) times.push_back(seconds);
         }
         return median(times);
@@ -428,9 +440,10 @@ int run(int argc, char** argv) {
       };
       for (const int mode : args.modes) {
         set_mode(mode);
-        const double t = time_steps();
+        const double t = time_steps(mode == 6);
         const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL",
-                                          "on, RoPE + KV write unfused", "on, merge triggers the o GEMV at its end"};
+                                          "on, RoPE + KV write unfused", "on, merge triggers the o GEMV at its end",
+                                          "on, token sampled on the device"};
         const double weight_limit = weight_bytes / bandwidth;
         const double total_limit = (weight_bytes + kv_bytes_per_token * static_cast<double>(context)) / bandwidth;
         std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),
