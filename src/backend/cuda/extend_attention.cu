@@ -27,11 +27,11 @@ struct ExtendTileFor<256> {
   using type = PrefillTile<256, 4, 1, 32, 1, false, 2, PrefillSchedule::kLazyRescale>;
 };
 
-template <int D>
+template <int D, bool kStagedPrefix>
 void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   using T = typename ExtendTileFor<D>::type;
-  using S = ExtendSmem<D, T>;
-  auto* kernel = extend_attention_kernel<D, T>;
+  using S = ExtendSmem<D, T, kStagedPrefix ? 2 : 1>;
+  auto* kernel = extend_attention_kernel<D, T, kStagedPrefix>;
   static const cudaError_t attribute_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kBytes);
   NIBBLE_CUDA_CHECK(attribute_status);
@@ -44,6 +44,21 @@ void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
                   static_cast<unsigned>((max_new + rows_q - 1) / rows_q));
   kernel<<<grid, T::kThreads, S::kBytes, stream>>>(p, heads_per_block);
   NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+// The staged-prefix build (extend_attention_tc.cuh) where its raw stages hold a prefix row (bf16 or
+// narrower: not the f32 cache) and its second bf16 stage fits beside the first: head_dim <= 128
+// (194 KiB at 128; at 256 it would take the second block per SM).
+template <int D>
+void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
+  const bool narrow = p.k_layout.format != quant::ElemFormat::kF32 && p.v_layout.format != quant::ElemFormat::kF32;
+  if constexpr (D <= 128) {
+    if (narrow) {
+      launch<D, true>(p, stream);
+      return;
+    }
+  }
+  launch<D, false>(p, stream);
 }
 
 }  // namespace

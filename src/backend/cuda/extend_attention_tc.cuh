@@ -11,6 +11,11 @@
 //   wait raw(i); barrier; dequantize raw(i) -> bf16 tile; barrier; cp.async raw(i + 1);
 //   S = Q K^T (mask: prefix end / causal), lazy online softmax, O += P V.
 // The copy of tile i + 1 overlaps tile i's MMAs; the dequantization is a short shared-memory pass.
+// kStagedPrefix (head_dim <= 128, prefix in bf16 / fp8 / nvfp4 / k8v4): the prefix tiles run first
+// through two raw and two bf16 stages,
+//   wait raw(i + 1); barrier; cp.async raw(i + 2); dequantize raw(i + 1); S, softmax, O of tile i,
+// one barrier per tile, each warp's dequantization beside the other warps' MMAs; then the loop above
+// takes the own tiles (their f32 rows staged in the same raw bytes).
 // At the first own tile each warp finishes the prefix phase in registers: O *= g_v, O = H O (rotated
 // cache), q reloaded unrotated, and the softmax scale loses g_k.
 //
@@ -29,10 +34,10 @@
 
 namespace nibble::cuda::detail {
 
-template <int D, typename T>
+template <int D, typename T, bool kStagedPrefix>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     extend_attention_kernel(ExtendAttentionParams p, int heads_per_block) {
-  using S = ExtendSmem<D, T>;
+  using S = ExtendSmem<D, T, kStagedPrefix ? 2 : 1>;
   constexpr int kKeys = T::kKeys;
   constexpr int kM = T::kM;
   constexpr int kD16 = T::kD16;
@@ -141,8 +146,63 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const uint32_t k_lane = ldmatrix_lane_base<D>((lane / 16) * 8 + lane % 8, (lane / 8) % 2, lane);
   const uint32_t v_lane = ldmatrix_lane_base<D>(((lane / 8) % 2) * 8 + lane % 8, lane / 16, lane);
 
-  issue(0);
-  for (int i = 0; i < n_tiles; ++i) {
+  // One key tile (K at `tile`, V kTileBytes on) against this warp's rows: S = Q K^T, masked (a
+  // prefix tile by the prefix's length, an own tile causally), lazy online softmax, O += P V.
+  const auto attend = [&](uint32_t tile, bool prefix, int key0) {
+    float s[kM][T::kN][4];
+    qk_tile<D, T>(s, qf, q_warp, tile, k_lane, v_lane);
+    if (prefix) {
+      if (key0 + kKeys > cached_len) length_mask<T>(s, cached_len - key0, t);
+    } else {
+      causal_mask<T>(s, key0, warp_row0, g, t);
+    }
+    softmax_lazy<T>(s, m, l, o, phase_scale);
+    uint32_t pa[kKeys / 16][kM][4];
+    pack_p<T>(pa, s);
+    pv_tile<D, T>(o, pa, tile + S::kTileBytes, v_lane);
+  };
+
+  int i0 = 0;  // the first tile of the single-stage loop
+  if constexpr (kStagedPrefix) {
+    const auto issue_prefix = [&](int i) {  // raw(i) into raw stage i % 2
+      const uint32_t raw = smem + S::prefix_raw(i % 2), scales = smem + S::scales(i % 2);
+      copy_prefix_tile<D, T>(raw, raw + S::kPrefixRawPartBytes, scales, scales + S::kScalePartBytes, p.k_layout,
+                             p.v_layout, p.pool, p.page_bytes, page_table, page_size, kv_head, i * kKeys, cached_len);
+      cp_async_commit();
+    };
+    const auto convert_prefix = [&](int i) {  // raw(i) -> bf16 stage i % 2
+      const int st = i % 2;
+      convert_part<D, T>(smem + S::tile(st), smem_raw + S::prefix_raw(st), smem_raw + S::scales(st),
+                         p.k_layout.format);
+      convert_part<D, T>(smem + S::tile(st) + S::kTileBytes, smem_raw + S::prefix_raw(st) + S::kPrefixRawPartBytes,
+                         smem_raw + S::scales(st) + S::kScalePartBytes, p.v_layout.format);
+    };
+    if (n_prefix > 0) {
+      issue_prefix(0);
+      if (n_prefix > 1) {
+        issue_prefix(1);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();  // raw(0) visible
+      convert_prefix(0);
+    }
+    for (int i = 0; i < n_prefix; ++i) {
+      cp_async_wait<0>();  // raw(i + 1), the one copy in flight
+      // bf16 stage i % 2 (tile i) and raw(i + 1) visible; every warp is done with tile i - 1, so
+      // its bf16 stage and raw(i)'s stage are free.
+      __syncthreads();
+      if (i + 2 < n_prefix) issue_prefix(i + 2);
+      if (i + 1 < n_prefix) convert_prefix(i + 1);
+      if (warp_active) attend(smem + S::tile(i % 2), true, i * kKeys);
+    }
+    i0 = n_prefix;
+    __syncthreads();  // every warp is done with the stages: the raw bytes stage the own rows next
+  }
+
+  if (i0 < n_tiles) issue(i0);
+  for (int i = i0; i < n_tiles; ++i) {
     const bool prefix = i < n_prefix;
     cp_async_wait<0>();
     __syncthreads();  // raw(i) visible to all; every warp is done with the previous bf16 tile
@@ -174,19 +234,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     }
 
     const int key0 = prefix ? i * kKeys : (i - n_prefix) * kKeys;
-    if (warp_active && (prefix || key0 <= warp_last_row)) {
-      float s[kM][T::kN][4];
-      qk_tile<D, T>(s, qf, q_warp, tile_k, k_lane, v_lane);
-      if (prefix) {
-        if (key0 + kKeys > cached_len) length_mask<T>(s, cached_len - key0, t);
-      } else {
-        causal_mask<T>(s, key0, warp_row0, g, t);
-      }
-      softmax_lazy<T>(s, m, l, o, phase_scale);
-      uint32_t pa[kKeys / 16][kM][4];
-      pack_p<T>(pa, s);
-      pv_tile<D, T>(o, pa, tile_v, v_lane);
-    }
+    if (warp_active && (prefix || key0 <= warp_last_row)) attend(tile_k, prefix, key0);
   }
 
   // Normalize and store rows g, g + 8 of each row block.

@@ -32,19 +32,29 @@
 namespace nibble::cuda::detail {
 
 // Byte offsets of the extend kernel's shared memory for tile configuration T at head_dim D:
-//   [K tile | V tile] bf16 swizzled [kKeys][D] each, [K raw | V raw] [kKeys][<= 4 D] bytes,
-//   [K scales | V scales] [kKeys][D/16], then Q [kRowsQ][D] bf16 (when T::kQInSmem).
-template <int D, typename T>
+//   kStages × [K tile | V tile] bf16 swizzled [kKeys][D] each, [K raw | V raw] [kKeys][<= 4 D]
+//   bytes, kStages × [K scales | V scales] [kKeys][D/16], then Q [kRowsQ][D] bf16 (T::kQInSmem).
+// kStages 2 (the staged-prefix build, extend_attention_tc.cuh): the raw region holds two prefix
+// stages of [K raw | V raw] [kKeys][<= 2 D] bytes (bf16, fp8, nvfp4 rows) — the same bytes as
+// the one f32 staging of the chunk's own rows, which reuses it once the prefix is done.
+template <int D, typename T, int kStages = 1>
 struct ExtendSmem {
   static constexpr int kTileBytes = T::kKeys * D * 2;
   static constexpr int kRawPartBytes = T::kKeys * 4 * D;
+  static constexpr int kPrefixRawPartBytes = T::kKeys * 2 * D;  // a prefix row in bf16 or narrower
   static constexpr int kScaleRowBytes = D / 16;
   static constexpr int kScalePartBytes = T::kKeys * kScaleRowBytes;
-  static constexpr int kRaw = 2 * kTileBytes;
+  static constexpr int kRaw = kStages * 2 * kTileBytes;
   static constexpr int kScales = kRaw + 2 * kRawPartBytes;
-  static constexpr int kQ = kScales + 2 * kScalePartBytes;
+  static constexpr int kQ = kScales + kStages * 2 * kScalePartBytes;
   static constexpr int kBytes = kQ + (T::kQInSmem ? T::kRowsQ * D * 2 : 0);
-  static_assert(kQ % 128 == 0, "Q rows start 128-byte aligned (fragment_address)");
+  static_assert(kStages == 1 || kStages == 2, "one or two stages");
+  static_assert(kStages * 2 * kPrefixRawPartBytes <= 2 * kRawPartBytes, "the prefix stages fit the raw region");
+  static_assert(kQ % 128 == 0 && kTileBytes % 128 == 0, "tiles and Q rows start 128-byte aligned (fragment_address)");
+  // Stage s of the staged-prefix build.
+  static constexpr int tile(int s) { return s * 2 * kTileBytes; }
+  static constexpr int prefix_raw(int s) { return kRaw + s * 2 * kPrefixRawPartBytes; }
+  static constexpr int scales(int s) { return kScales + s * 2 * kScalePartBytes; }
 };
 
 // cp.async of kBytes (4, 8 or 16) through L1; src_bytes 0 zero-fills.
