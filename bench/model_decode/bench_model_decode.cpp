@@ -18,7 +18,9 @@
 //              two plain launches (CudaBackend::set_small_op_fusion(false): the state before), graph +
 //              GEMV with the split merge's early trigger off (CudaBackend::set_merge_early_trigger),
 //              graph + GEMV with the token drawn on the device (greedy, runtime::run_forward_step_sampled:
-//              the engine's generation step, a few bytes back instead of the vocabulary's logits);
+//              the engine's generation step, a few bytes back instead of the vocabulary's logits),
+//              mode 6 with decode attention copying all its KV after waiting for the KV write
+//              (CudaBackend::set_decode_prefix_before_wait(false): the state before);
 //   products   each batch-1 product alone (single and fused, L2 flushed before each), the GEMV
 //              (gemv.h, the default) against cuBLAS, in GB/s and as a fraction of the read bandwidth;
 //   roofline   the device's read bandwidth measured in the same run (bench/common/read_bandwidth.h); the
@@ -29,17 +31,23 @@
 //   breakdown  the ops of an eager step (graphs off) timed one by one with CUDA events (op_timer.h),
 //              for the first KV format and context: µs per op, and GB/s for the products.
 //
+//   timeline   --timeline: after the modes, for each KV format and context, --steps steps of
+//              the engine's step (mode 6) traced by CUPTI (kernel_timeline.h): per kernel of the
+//              graph, how far it moved the end of the step's kernel chain, and the GPU's idle time
+//              between steps.
+//
 //   ablation   --skip: mode 0 again with some ops dropped (not launched at all: the graph holds only
 //              the rest), their cost inside the graph = the difference. The logits are then not
 //              the model's; the rows say so.
 //
 //   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
-//                      [--modes 0,1,2,3,4,5,6] [--no-products] [--no-breakdown]
-//                      [--skip attention,rope_kv_write,both]
+//                      [--modes 0,1,2,3,4,5,6,7] [--no-products] [--no-breakdown]
+//                      [--skip attention,rope_kv_write,both] [--timeline]
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
 //          RoPE and KV write unfused, 5 graph + GEMV, the decode merge triggering the o GEMV at its
 //          end instead of its start, 6 graph + GEMV, the token sampled on the device (as the engine
-//          generates; the other modes copy the logits to the host)
+//          generates; the other modes copy the logits to the host), 7 as 6 with every KV copy of the
+//          decode attention after its wait for the KV write
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -60,6 +68,7 @@
 #include "config/model_config.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "kernel_timeline.h"
 #include "op_timer.h"
 #include "read_bandwidth.h"
 #include "runtime/forward_step.h"
@@ -79,6 +88,7 @@ struct Args {
   // Ablations: after the modes, each KV format and context runs mode 0 again with these ops dropped
   // (OpTimer::Skip), to show what they cost inside the graph. Timing only: the logits are not the model's.
   std::vector<std::string> skips;
+  bool timeline = false;  // --timeline: the CUPTI kernel timeline of the engine's step (kernel_timeline.h)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -114,6 +124,8 @@ Args parse_args(int argc, char** argv) {
       a.products = false;
     } else if (arg == "--no-breakdown") {
       a.breakdown = false;
+    } else if (arg == "--timeline") {
+      a.timeline = true;
     } else if (arg == "--skip") {
       for (const std::string& k : split(value())) {
         NIBBLE_CHECK(k == "attention" || k == "rope_kv_write" || k == "both",
@@ -124,12 +136,12 @@ Args parse_args(int argc, char** argv) {
       a.modes.clear();
       for (const std::string& m : split(value())) {
         const int mode = std::stoi(m);
-        NIBBLE_CHECK(mode >= 0 && mode <= 6, "--modes: {} is not one of 0..6", m);
+        NIBBLE_CHECK(mode >= 0 && mode <= 7, "--modes: {} is not one of 0..7", m);
         a.modes.push_back(mode);
       }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4,5,6 "
-                  "--no-products --no-breakdown --skip attention,rope_kv_write,both)",
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4,5,6,7 "
+                  "--no-products --no-breakdown --skip attention,rope_kv_write,both --timeline)",
                   arg);
     }
   }
@@ -396,6 +408,7 @@ int run(int argc, char** argv) {
   std::fflush(stdout);
 
   std::string breakdown;  // the per-op table, printed last
+  std::string timeline;   // the kernel timelines, printed after it
   for (const quant::KvDtype kv : args.kv) {
     for (const int64_t context : args.contexts) {
       const int64_t page_size = 16;
@@ -439,13 +452,15 @@ int run(int argc, char** argv) {
         cuda.set_gemv_programmatic_launch(mode != 3);
         cuda.set_small_op_fusion(mode != 4);
         cuda.set_merge_early_trigger(mode != 5);
+        cuda.set_decode_prefix_before_wait(mode != 7);
       };
       for (const int mode : args.modes) {
         set_mode(mode);
-        const double t = time_steps(mode == 6);
+        const double t = time_steps(mode >= 6);
         const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL",
                                           "on, RoPE + KV write unfused", "on, merge triggers the o GEMV at its end",
-                                          "on, token sampled on the device"};
+                                          "on, token sampled on the device",
+                                          "on, sampled, decode KV copied after the wait"};
         const double weight_limit = weight_bytes / bandwidth;
         const double total_limit = (weight_bytes + kv_bytes_per_token * static_cast<double>(context)) / bandwidth;
         std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),
@@ -466,6 +481,15 @@ int run(int argc, char** argv) {
                     weight_limit * 1e3, 100.0 * weight_limit / t);
         std::fflush(stdout);
       }
+      if (args.timeline) {
+        set_mode(6);
+        const double untraced = time_steps(true);
+        KernelTimeline trace;
+        trace.start();
+        (void)time_steps(true);
+        timeline += fmt::format("\n# timeline: {} KV, context {}, the engine's step (mode 6){}", quant::kv_dtype_name(kv),
+                               context, timeline_table(trace.stop(), untraced * 1e3));
+      }
       if (args.breakdown && kv == args.kv.front() && context == args.contexts.front()) {
         set_mode(0);  // the default settings, whichever mode ran last (breakdown_table turns graphs off)
         breakdown = breakdown_table(tf, pool, pages, page_size, context, args.steps, bandwidth, timer, cuda);
@@ -473,6 +497,7 @@ int run(int argc, char** argv) {
     }
   }
   std::fputs(breakdown.c_str(), stdout);  // after the table it would otherwise cut in two
+  std::fputs(timeline.c_str(), stdout);
   const backend::GraphStats& st = cuda.graph_stats();
   std::printf("# graph stats: captures %lld, replays %lld, mismatches %lld, eager steps %lld\n",
               static_cast<long long>(st.captures), static_cast<long long>(st.replays),

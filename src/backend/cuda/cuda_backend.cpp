@@ -655,9 +655,14 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                           .v_global_scale = cache.scales->v[layer],
                           .rotation = cache.rotation,
                           .softmax_scale = shape.scale,
-                          .early_dependents = merge_early_trigger_};
+                          .early_dependents = merge_early_trigger_,
+                          // A step begins with plainly launched work (the plan upload, the embedding),
+                          // so every earlier step's KV is complete, and this step writes only each
+                          // decode sequence's last token (the kernel just before this one).
+                          .prefix_ready = decode_prefix_before_wait_};
   recorder_.op({11, sig(dec.plan_device.data()), sig(dec.partial_out.data()), sig(dec.partial_lse.data()),
-                sig_i(dec.plan.num_work), sig(page_tables), sig_i(merge_early_trigger_)},
+                sig_i(dec.plan.num_work), sig(page_tables), sig_i(merge_early_trigger_),
+                sig_i(decode_prefix_before_wait_)},
                [this, params] { cuda::decode_attention(params, stream_); });
   if (!s.all_decode()) {
     const cuda::RowCopyParams scatter{

@@ -107,6 +107,10 @@ class CudaBackend final : public Backend {
   // The decode split merge triggers the next kernel (the o GEMV) at its start (default on; see
   // DecodeAttentionParams::early_dependents); off: at its end (benchmarks compare both).
   void set_merge_early_trigger(bool on) { merge_early_trigger_ = on; }
+  // Decode attention copies the KV of a sequence's earlier tokens before waiting for the KV write
+  // of its last one (default on; DecodeAttentionParams::prefix_ready); off: every copy after the
+  // wait (benchmarks compare both).
+  void set_decode_prefix_before_wait(bool on) { decode_prefix_before_wait_ = on; }
   const GraphStats& graph_stats() const { return graph_stats_; }
   // Waits for all queued work.
   void synchronize();
@@ -139,6 +143,7 @@ class CudaBackend final : public Backend {
   bool gemv_programmatic_ = true;
   bool small_op_fusion_ = true;
   bool merge_early_trigger_ = true;
+  bool decode_prefix_before_wait_ = true;
   std::optional<AttentionGeometry> geometry_;  // declared by prepare_attention()
   GraphCache graphs_;
   GraphRecorder recorder_;

@@ -138,6 +138,7 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
 
   args.num_work = plan.num_work;
   args.early_dependents = p.early_dependents;
+  args.prefix_ready = p.prefix_ready;
   DecodeLaunch launch{};
   launch.args = args;
   launch.k_format = kf;

@@ -52,6 +52,13 @@ struct DecodeAttentionParams {
   // leaves idle and load weights during the attention); wrong when it is another decode step (its
   // blocks then hold SMs while waiting; bench_decode_attention's back-to-back calls leave it off).
   bool early_dependents = false;
+  // Every token of a sequence but its last was complete before this launch (no kernel that may
+  // still run writes it): the tensor-core kernel then copies the pages of those tokens before its
+  // griddepcontrol.wait, while the previous kernel (the step's KV write of the last token) still
+  // runs, and only the chunk holding the last token after it. True for the engine's steps: each
+  // begins with plainly launched work (the plan upload, the embedding kernel) that waits for all
+  // earlier work of the stream, and inside a step only the step's own tokens are written.
+  bool prefix_ready = false;
 };
 
 // Floats of partial_out the plan needs (0 when no sequence is split); partial_lse needs

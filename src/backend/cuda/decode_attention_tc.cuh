@@ -212,25 +212,8 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);
   const int next_pages = kNextStep / page_size;
   const int next_slots = kNextStep - next_pages * page_size;
-  // Launched programmatically (PDL): everything above reads only the step's plan and page tables,
-  // which no kernel of the step writes; q and the KV pages are the previous kernels' outputs.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
 
-  // ---- q loads (registers), then the first KV copies, then q -> fragments -------------------------------
-  constexpr int kQPerThread = 8 * D / kTcThreads;  // q elements (of 8 heads × D) per thread
-  float q_reg[kQPerThread];
-#pragma unroll
-  for (int j = 0; j < kQPerThread; ++j) {
-    const int i = tid + j * kTcThreads;
-    const int h = i / D, d = i % D;
-    float x = 0.0f;
-    if (h < n_heads) {
-      const int64_t at = (static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d;
-      x = a.q_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.q)[at]) : static_cast<const float*>(a.q)[at];
-    }
-    q_reg[j] = x;
-  }
-
+  // ---- prologue copies of chunks that hold no token of this step, before the wait ---------------------
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   LeanCopyLane lean{};
   if constexpr (T::kLeanCopy) lean = lean_copy_lane<T>(lane, k_off, ks_off, v_off, vs_off);
@@ -270,16 +253,59 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   // Token advance after local chunk j: the next chunk of the step, or the first of the warp's next step.
   auto advance_after = [](int j) { return (j % kSteps) == kSteps - 1 ? kNextStep : kTcChunk; };
 
-  // Prologue copies: local chunks 0 .. kStages - kSteps - 1, one commit group each, issued before the
-  // q fragments are built (the stages do not alias the q staging).
-  // kFewBlocks: the last one (local chunk kStages - kSteps - 1, the first of the next step) is issued
-  // at the first step instead, after the q fragments (its own commit group, in cursor order).
+  // Prologue copies: local chunks 0 .. kStages - kSteps - 1, one commit group each (kDefer: see
+  // below). With a.prefix_ready the leading ones that end before the sequence's last token (written
+  // by the kernel this one waits for) are issued here, before griddepcontrol.wait, so that their
+  // DRAM latency overlaps the previous kernel's tail instead of following the wait; the rest after
+  // it. The groups are committed in chunk order either way.
+  constexpr int kPrologue = T::kStages - kSteps;
+  // kFewBlocks: the last prologue chunk (local chunk kStages - kSteps - 1, the first of the next
+  // step) is issued at the first step instead, after the q fragments (its own commit group, in
+  // cursor order).
   constexpr int kDefer = kFewBlocks && kSteps == 2 ? 1 : 0;
-  static_assert(T::kStages - kSteps - kDefer >= kSteps, "step 0 stays in the prologue");
+  static_assert(kPrologue - kDefer >= kSteps, "step 0 stays in the prologue");
+  int n_early = 0;  // prologue chunks copied before the wait
+  if (a.prefix_ready) {
+    const int seq_last = a.work_end[a.seq_work_offset[seq + 1] - 1] - 1;  // the token this step writes
 #pragma unroll
-  for (int s = 0; s < T::kStages - kSteps; ++s) {
-    if (s < T::kStages - kSteps - kDefer && s < n_local) issue(s, advance_after(s));
-    cp_async_commit();
+    for (int s = 0; s < kPrologue - kDefer; ++s) {
+      const int tok = begin + warp * kStepTokens + (s / kSteps) * (kTcWarps * kStepTokens) + (s % kSteps) * kTcChunk;
+      if (s < n_local && tok + kTcChunk <= seq_last) n_early = s + 1;
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kPrologue; ++s) {
+    if (s < n_early) {
+      issue(s, advance_after(s));
+      cp_async_commit();
+    }
+  }
+  // Launched programmatically (PDL): everything above reads only the step's plan and page tables,
+  // which no kernel of the step writes, and (prefix_ready) KV of tokens no running kernel writes;
+  // q and the rest of the KV pages are the previous kernels' outputs.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
+  // ---- q loads (registers), then the other prologue copies, then q -> fragments -----------------------
+  constexpr int kQPerThread = 8 * D / kTcThreads;  // q elements (of 8 heads × D) per thread
+  float q_reg[kQPerThread];
+#pragma unroll
+  for (int j = 0; j < kQPerThread; ++j) {
+    const int i = tid + j * kTcThreads;
+    const int h = i / D, d = i % D;
+    float x = 0.0f;
+    if (h < n_heads) {
+      const int64_t at = (static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d;
+      x = a.q_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.q)[at]) : static_cast<const float*>(a.q)[at];
+    }
+    q_reg[j] = x;
+  }
+
+#pragma unroll
+  for (int s = 0; s < kPrologue; ++s) {
+    if (s >= n_early) {
+      if (s < kPrologue - kDefer && s < n_local) issue(s, advance_after(s));
+      cp_async_commit();
+    }
   }
   const int n_items = a.seq_work_offset[seq + 1] - a.seq_work_offset[seq];  // epilogue only
 

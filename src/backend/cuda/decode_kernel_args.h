@@ -41,6 +41,7 @@ struct DecodeKernelArgs {
   bool rotate;
   int num_work;            // work items of the plan (tensor-core grid: num_work × kv_heads · group_chunks)
   bool early_dependents;   // the merge triggers the next kernel at its start (DecodeAttentionParams)
+  bool prefix_ready;       // a sequence's tokens before its last may be read before the wait (DecodeAttentionParams)
 };
 
 // ---- the tensor-core decode kernel's geometry (decode_attention_tc.cuh), plain C++ so that the host

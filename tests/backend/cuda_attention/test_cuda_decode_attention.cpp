@@ -15,6 +15,7 @@
 
 #include "backend/cuda/decode_attention.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda_attention/late_writer.h"
 #include "backend/cuda_common/cuda_test_util.h"
 #include "cache/page_layout.h"
 #include "common/error.h"
@@ -59,6 +60,15 @@ struct RunSpec {
   // be those of the output the attention left (a read before the merge finished gives NaN: the
   // output is poisoned before every run).
   bool product_after = false;
+  // The attention runs with DecodeAttentionParams::prefix_ready, behind a kernel that writes some
+  // tokens' K/V late (late_writer.h: it lets the attention start, then writes ~100 us later; until
+  // then those slots hold 0xFF bytes, NaN in every format):
+  //   kLast   each sequence's last token, as the engine's KV write does: the results must be exact
+  //           (the chunk holding it is copied after the wait);
+  //   kFirst  token 0 instead, breaking prefix_ready's contract: the tensor-core kernel copies that
+  //           chunk before its wait, so outputs must come out NaN — proof that the early copies happen.
+  enum class LateWrite { kNone, kLast, kFirst };
+  LateWrite late = LateWrite::kNone;
 };
 
 // Normalized Walsh–Hadamard in double (the oracle's own, independent of quant::hadamard_inplace).
@@ -164,7 +174,30 @@ void run_and_compare(const RunSpec& r) {
     }
   }
 
-  const DeviceBuffer d_pool = DeviceBuffer::from(pool);
+  // late: the written image goes to d_src; the pool starts with the late tokens' slots poisoned.
+  std::vector<int64_t> ranges;  // [n][2] byte offset, length
+  std::vector<uint8_t> poisoned = pool;
+  if (r.late != RunSpec::LateWrite::kNone) {
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const int64_t t = r.late == RunSpec::LateWrite::kLast ? r.seq_lens[s] - 1 : 0;
+      const int64_t page = pt.table[s * pt.max_pages + t / r.page_size] * layout.page_bytes();
+      const int64_t slot = t % r.page_size;
+      for (int64_t h = 0; h < r.kv_heads; ++h) {
+        for (const cache::KvPartLayout* L : {&kl, &vl}) {
+          ranges.push_back(page + L->data_at(h, slot));
+          ranges.push_back(L->data_row_bytes);
+          if (L->scale_row_bytes > 0) {
+            ranges.push_back(page + L->scales_at(h, slot));
+            ranges.push_back(L->scale_row_bytes);
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < ranges.size(); i += 2) std::fill_n(poisoned.begin() + ranges[i], ranges[i + 1], 0xFF);
+  }
+  const DeviceBuffer d_pool = DeviceBuffer::from(poisoned);
+  const DeviceBuffer d_src = r.late != RunSpec::LateWrite::kNone ? DeviceBuffer::from(pool) : DeviceBuffer();
+  const DeviceBuffer d_ranges = DeviceBuffer::from(ranges);
   const DeviceBuffer d_q = r.q_bf16 ? DeviceBuffer::from(q_bits) : DeviceBuffer::from(q);
   const DeviceBuffer d_pt = DeviceBuffer::from(pt.table);
   DeviceBuffer d_out(q.size() * sizeof(float));
@@ -189,16 +222,26 @@ void run_and_compare(const RunSpec& r) {
     std::vector<uint16_t> w_bits;
     DeviceBuffer d_w, d_y;
     cudaStream_t stream = nullptr;
+    if (r.product_after || r.late != RunSpec::LateWrite::kNone) {
+      NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    }
+    if (r.late != RunSpec::LateWrite::kNone) {
+      // Every variant starts from the poisoned pool (the previous one's writer repaired it).
+      NIBBLE_CUDA_CHECK(cudaMemcpy(d_pool.as<uint8_t>(), poisoned.data(), poisoned.size(), cudaMemcpyHostToDevice));
+    }
     if (r.product_after) {
       w_bits.resize(static_cast<size_t>(kProductRows * width));
       for (uint16_t& b : w_bits) b = quant::bf16_from_f32(normal(rng) * 0.05f);
       d_w = DeviceBuffer::from(w_bits);
       d_y = DeviceBuffer(static_cast<size_t>(num_seqs * kProductRows) * sizeof(float));
       d_y.fill(0xFF);
-      NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     }
     // The fills run on the legacy default stream, which a non-blocking stream does not wait for.
     NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
+    if (r.late != RunSpec::LateWrite::kNone) {
+      test::launch_late_writer(d_pool.as<uint8_t>(), d_src.as<uint8_t>(), d_ranges.as<int64_t>(),
+                               static_cast<int>(ranges.size() / 2), 100'000, stream);
+    }
     decode_attention({.q = d_q.as<void>(),
                       .q_dtype = r.q_bf16 ? ActivationDtype::kBF16 : ActivationDtype::kF32,
                       .out = d_out.as<float>(),
@@ -217,7 +260,8 @@ void run_and_compare(const RunSpec& r) {
                       .v_global_scale = r.g_v,
                       .rotation = r.rotation,
                       .softmax_scale = static_cast<float>(scale),
-                      .early_dependents = r.product_after},
+                      .early_dependents = r.product_after,
+                      .prefix_ready = r.late != RunSpec::LateWrite::kNone},
                      stream);
     if (r.product_after) {
       GemvParams gp{.x = d_out.as<float>(), .rows = num_seqs, .k = width, .segments = {}, .num_segments = 1};
@@ -259,6 +303,11 @@ void run_and_compare(const RunSpec& r) {
         ++bad;
       }
       if (std::isfinite(err)) worst = std::max(worst, err / std::max(v_max, 1e-30));
+    }
+    if (r.late == RunSpec::LateWrite::kFirst) {
+      EXPECT_GT(bad, 0) << describe(r, chunk) << ": token 0 was written after the attention started, yet "
+                        << "every output is right: the kernel did not copy the prefix before its wait";
+      continue;
     }
     EXPECT_EQ(bad, 0) << describe(r, chunk) << ": " << bad << " of " << actual.size()
                       << " outputs off; first at index " << first_bad << " (seq "
@@ -376,6 +425,24 @@ TEST(CudaDecodeEarlyDependents, AProgrammaticProductBehindTheMergeReadsItsOutput
                      .seq_lens = {1024}, .chunk_variants = {0, 64}, .product_after = true});
     run_and_compare({.dtype = dtype, .head_dim = 128, .kv_heads = 2, .group = 8, .page_size = 16,
                      .seq_lens = {900, 1, 4000, 65}, .chunk_variants = {0, 64, 256}, .product_after = true});
+  }
+}
+
+// prefix_ready (the engine's setting): the chunk holding each sequence's last token is copied after
+// the wait for the kernel that writes it, the earlier ones before. Lengths that end on a chunk, in
+// one, on a page; items of one chunk per warp up to several steps.
+TEST_P(CudaDecodeFormat, PrefixCopiedBeforeTheWaitLastTokenAfterIt) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (int page_size : {16, 64}) {
+    run_and_compare({.dtype = GetParam(), .head_dim = 128, .kv_heads = 2, .group = 4, .page_size = page_size,
+                     .seq_lens = {1024, 1, 17, 16, 33, 300, 64}, .chunk_variants = {0, 64, 256},
+                     .late = RunSpec::LateWrite::kLast});
+    run_and_compare({.dtype = GetParam(), .head_dim = 64, .kv_heads = 1, .group = 8, .page_size = page_size,
+                     .seq_lens = {2000, 48}, .chunk_variants = {0, 1024}, .late = RunSpec::LateWrite::kLast});
+  }
+  if (GetParam() != KvDtype::kF32) {  // the f32 (CUDA-core) kernel copies everything after its wait
+    run_and_compare({.dtype = GetParam(), .head_dim = 128, .kv_heads = 2, .group = 4, .page_size = 16,
+                     .seq_lens = {1024, 40}, .chunk_variants = {0, 64}, .late = RunSpec::LateWrite::kFirst});
   }
 }
 
