@@ -59,6 +59,15 @@ struct StepPlan {
 
   int64_t num_seqs() const { return static_cast<int64_t>(seqs.size()); }
   int64_t num_logit_rows() const { return static_cast<int64_t>(logit_rows.size()); }
+  // Every activation row is a logit row, in order (decode steps, prompts scored whole): gathering
+  // the logit rows is then a copy of all of them.
+  bool logit_rows_are_all_rows() const {
+    if (num_logit_rows() != total_tokens) return false;
+    for (int64_t i = 0; i < total_tokens; ++i) {
+      if (logit_rows[static_cast<size_t>(i)] != i) return false;
+    }
+    return true;
+  }
   const int32_t* page_table(int64_t seq) const { return page_tables.data() + seq * max_pages_per_seq; }
   // The page holding position `pos` of sequence `seq`.
   int32_t page_of(int64_t seq, int64_t pos) const { return page_table(seq)[pos / page_size]; }

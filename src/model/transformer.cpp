@@ -240,13 +240,17 @@ backend::Tensor Transformer::forward_on_device(const backend::StepPlan& plan, co
     be.matmul_swiglu(x, &mlp_norm, p.w_gate, p.w_up, gate, up, gate);
     be.matmul_residual_add(gate, p.w_down, h, x);
   }
+  // The final norm and the LM head over the logit rows: gathered into logits_in and normalized in
+  // place there, or, when every row is a logit row (decode), normalized from x into logits_in with
+  // no gather (on CUDA the LM head then follows the last product directly, launched early).
   const Tensor last{a.logits_in->floats(), logit_rows, hidden};
   const Tensor out{a.logits->floats(), logit_rows, config_.vocab_size};
-  be.gather_logit_rows(*step, x, last);
-  const backend::Backend::InputNorm norm{.weight = final_norm_, .eps = eps, .normed = last};  // in place
+  const bool gather = !plan.logit_rows_are_all_rows();
+  if (gather) be.gather_logit_rows(*step, x, last);
+  const backend::Backend::InputNorm norm{.weight = final_norm_, .eps = eps, .normed = last};
   const Vector no_bias{};
-  be.matmul_shared_input(last, &norm, std::span<const Matrix>(&lm_head_, 1), std::span<const Vector>(&no_bias, 1),
-                         std::span<const Tensor>(&out, 1));
+  be.matmul_shared_input(gather ? last : x, &norm, std::span<const Matrix>(&lm_head_, 1),
+                         std::span<const Vector>(&no_bias, 1), std::span<const Tensor>(&out, 1));
   return out;
 }
 

@@ -17,22 +17,32 @@ SamplingWorkspace::~SamplingWorkspace() { release(); }
 void SamplingWorkspace::release() {
   if (requests_ != nullptr) cudaFreeAsync(requests_, stream_);
   if (results_ != nullptr) cudaFreeAsync(results_, stream_);
+  if (stats_ != nullptr) cudaFreeAsync(stats_, stream_);
+  // Pinned host buffers: a copy still queued may use them, so wait for the stream first.
+  if ((host_requests_ != nullptr || host_results_ != nullptr) && stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (host_requests_ != nullptr) cudaFreeHost(host_requests_);
+  if (host_results_ != nullptr) cudaFreeHost(host_results_);
   requests_ = nullptr;
   results_ = nullptr;
+  stats_ = nullptr;
+  host_requests_ = nullptr;
+  host_results_ = nullptr;
   capacity_ = 0;
+  stats_capacity_ = 0;
 }
 
-void SamplingWorkspace::reserve(int64_t rows, cudaStream_t stream) {
-  if (rows <= capacity_) return;
-  if (requests_ != nullptr) NIBBLE_CUDA_CHECK(cudaFreeAsync(requests_, stream_));
-  if (results_ != nullptr) NIBBLE_CUDA_CHECK(cudaFreeAsync(results_, stream_));
-  requests_ = nullptr;
-  results_ = nullptr;
-  capacity_ = 0;
+void SamplingWorkspace::reserve(int64_t rows, int64_t vocab, cudaStream_t stream) {
+  const int64_t stats = rows * sample_row_slices(vocab);
+  if (rows <= capacity_ && stats <= stats_capacity_) return;
+  release();
   stream_ = stream;
   NIBBLE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&requests_), rows * sizeof(DeviceSampleRequest), stream));
   NIBBLE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&results_), rows * sizeof(DeviceSampleResult), stream));
+  NIBBLE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats_), stats * sizeof(RowSliceStats), stream));
+  NIBBLE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_requests_), rows * sizeof(DeviceSampleRequest)));
+  NIBBLE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_results_), rows * sizeof(DeviceSampleResult)));
   capacity_ = rows;
+  stats_capacity_ = stats;
 }
 
 void sample_rows(backend::Tensor logits, std::span<const backend::SampleRequest> requests,
@@ -43,7 +53,8 @@ void sample_rows(backend::Tensor logits, std::span<const backend::SampleRequest>
   NIBBLE_CHECK(logits.cols > 0 && logits.cols < (int64_t{1} << 31), "sample: vocab {} must be in [1, 2^31)",
                logits.cols);
   if (logits.rows == 0) return;
-  std::vector<DeviceSampleRequest> device(requests.size());
+  workspace.reserve(logits.rows, logits.cols, stream);
+  DeviceSampleRequest* device = workspace.host_requests();  // pinned; the previous sample() waited for its copy
   for (size_t r = 0; r < requests.size(); ++r) {
     const backend::SampleRequest& q = requests[r];
     sampling::validate({.temperature = q.temperature, .top_k = q.top_k, .top_p = q.top_p, .min_p = q.min_p});
@@ -59,15 +70,15 @@ void sample_rows(backend::Tensor logits, std::span<const backend::SampleRequest>
                  .draw = q.draw,
                  .top_n = static_cast<int32_t>(std::min<int64_t>(q.top_logprobs, logits.cols))};
   }
-  workspace.reserve(logits.rows, stream);
-  NIBBLE_CUDA_CHECK(cudaMemcpyAsync(workspace.requests(), device.data(), device.size() * sizeof(DeviceSampleRequest),
+  NIBBLE_CUDA_CHECK(cudaMemcpyAsync(workspace.requests(), device, requests.size() * sizeof(DeviceSampleRequest),
                                     cudaMemcpyHostToDevice, stream));
-  launch_sample_kernel(logits.data, logits.rows, logits.cols, workspace.requests(), workspace.results(), stream);
-  std::vector<DeviceSampleResult> results(requests.size());
-  NIBBLE_CUDA_CHECK(cudaMemcpyAsync(results.data(), workspace.results(), results.size() * sizeof(DeviceSampleResult),
-                                    cudaMemcpyDeviceToHost, stream));
+  launch_sample_kernel(logits.data, logits.rows, logits.cols, workspace.stats(), workspace.requests(),
+                       workspace.results(), stream);
+  const DeviceSampleResult* results = workspace.host_results();
+  NIBBLE_CUDA_CHECK(cudaMemcpyAsync(workspace.host_results(), workspace.results(),
+                                    requests.size() * sizeof(DeviceSampleResult), cudaMemcpyDeviceToHost, stream));
   NIBBLE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (size_t r = 0; r < results.size(); ++r) {
+  for (size_t r = 0; r < requests.size(); ++r) {
     const DeviceSampleResult& d = results[r];
     out[r] = {.id = d.id, .logprob = d.logprob, .num_top = d.num_top};
     for (int j = 0; j < d.num_top; ++j) out[r].top[j] = {.id = d.top_id[j], .logprob = d.top_logprob[j]};

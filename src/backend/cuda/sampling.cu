@@ -1,6 +1,11 @@
-// The GPU sampling kernel (sampling.h): one block of kThreads per logits row. Every reduction has a
-// fixed order (warp shuffles, then warps in order) and every mass is an integer, so a row's result
-// is the same bits on every run.
+// The GPU sampling kernels (sampling.h): row_stats_kernel, many blocks per row, each taking a slice
+// of kSliceLogits logits to its maximum (the lowest id among equal ones) and Σ exp(l - slice max);
+// then sample_kernel, one block of kThreads per row, which combines the slices into the row's
+// maximum, arg-max and normalizer and does the rest (top logprobs, the filtered draw). Greedy rows
+// need nothing more, so their cost is one read of the row spread over the GPU rather than two by
+// one block (20.5 us per step at batch 1, vocab 128256, before). Every reduction has a fixed order
+// (warp shuffles, then warps or slices in order) and every mass is an integer, so a row's result is
+// the same bits on every run.
 #include <cfloat>
 #include <climits>
 
@@ -14,6 +19,8 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
+constexpr int kStatsThreads = 256;
+constexpr int kSlice = static_cast<int>(kSliceLogits);
 constexpr double kMassScale = 1099511627776.0;  // 2^40: q_i = floor(e_i · 2^40), e_i <= 1
 
 struct Shared {
@@ -38,17 +45,6 @@ __device__ __forceinline__ float scaled_exp(float l, float max_logit, float temp
 }
 __device__ __forceinline__ unsigned long long mass_of(float e) {
   return static_cast<unsigned long long>(static_cast<double>(e) * kMassScale);
-}
-
-__device__ float block_sum_f(float v, Shared& sh) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
-  if (lane == 0) sh.f[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w) total += sh.f[w];  // every thread, same order
-  __syncthreads();
-  return total;
 }
 
 __device__ unsigned long long block_sum_u(unsigned long long v, Shared& sh) {
@@ -78,39 +74,89 @@ __device__ unsigned long long block_exclusive_scan(unsigned long long v, Shared&
   return warp_prefix + inclusive - v;
 }
 
-// The arg-max: largest value, lowest index among equals.
-__device__ void block_argmax(const float* row, int vocab, Shared& sh, float& best, int& best_id) {
+// (v, id) beats (best, best_id): a larger value, or an equal one at a lower index; id INT_MAX = none.
+__device__ __forceinline__ bool beats(float v, int id, float best, int best_id) {
+  return id != INT_MAX && (best_id == INT_MAX || v > best || (v == best && id < best_id));
+}
+
+// Slice s of row r (logits [s·kSlice, (s+1)·kSlice) ∩ [0, vocab)): its maximum, the
+// lowest id holding it, and Σ exp(l - max) over the slice (0 when every logit is -inf).
+// Grid (slices, rows), kStatsThreads threads; each thread keeps its logits in registers.
+__global__ void __launch_bounds__(kStatsThreads) row_stats_kernel(const float* __restrict__ logits, int vocab,
+                                                                  int slices, RowSliceStats* __restrict__ stats) {
+  constexpr int kPerThread = kSlice / kStatsThreads;
+  __shared__ float warp_max[kStatsThreads / 32], warp_sum[kStatsThreads / 32];
+  __shared__ int warp_id[kStatsThreads / 32];
+  const int r = blockIdx.y, s = blockIdx.x;
+  const float* row = logits + static_cast<size_t>(r) * vocab;
+  const int begin = s * kSlice, end = min(vocab, begin + kSlice);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float x[kPerThread];
   float v = -FLT_MAX;
   int id = INT_MAX;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float x = row[i];
-    if (id == INT_MAX || x > v) {  // i increases: the first maximum of this thread is kept
-      v = x;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = begin + threadIdx.x + j * kStatsThreads;  // increasing: the first maximum is kept
+    x[j] = i < end ? row[i] : -INFINITY;
+    if (i < end && (id == INT_MAX || x[j] > v)) {
+      v = x[j];
       id = i;
     }
   }
   for (int o = 16; o > 0; o /= 2) {
-    const float ov = __shfl_down_sync(0xffffffffu, v, o);
-    const int oi = __shfl_down_sync(0xffffffffu, id, o);
-    if (oi != INT_MAX && (id == INT_MAX || ov > v || (ov == v && oi < id))) {
-      v = ov;
-      id = oi;
-    }
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, id, o);
+    if (beats(ov, oi, v, id)) v = ov, id = oi;
   }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) {
-    sh.f[warp] = v;
-    sh.i[warp] = id;
+  if (lane == 0) warp_max[warp] = v, warp_id[warp] = id;
+  __syncthreads();
+  v = warp_max[0], id = warp_id[0];
+  for (int w = 1; w < kStatsThreads / 32; ++w) {
+    if (beats(warp_max[w], warp_id[w], v, id)) v = warp_max[w], id = warp_id[w];
+  }
+  float sum = 0.0f;
+  if (v != -INFINITY) {
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) sum += expf(x[j] - v);  // -inf (and past the end) -> 0
+  }
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) warp_sum[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int w = 0; w < kStatsThreads / 32; ++w) total += warp_sum[w];
+    stats[static_cast<size_t>(r) * slices + s] = {.max = v, .id = id, .sum = total};
+  }
+}
+
+// The row's maximum (lowest id among equal logits) and Σ exp(l - max) from its slices: warp 0
+// combines them (lane i takes slices i, i + 32, ...), every thread gets the result.
+__device__ void combine_row_stats(const RowSliceStats* row_stats, int slices, Shared& sh, float& best, int& best_id,
+                                  float& z) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float v = -FLT_MAX;
+    int id = INT_MAX;
+    for (int s = lane; s < slices; s += 32) {
+      if (beats(row_stats[s].max, row_stats[s].id, v, id)) v = row_stats[s].max, id = row_stats[s].id;
+    }
+    for (int o = 16; o > 0; o /= 2) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, id, o);
+      if (beats(ov, oi, v, id)) v = ov, id = oi;
+    }
+    float sum = 0.0f;
+    for (int s = lane; s < slices; s += 32) {
+      const RowSliceStats st = row_stats[s];
+      if (st.sum > 0.0f) sum += st.sum * expf(st.max - v);
+    }
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) sh.f[0] = v, sh.i[0] = id, sh.f[1] = sum;
   }
   __syncthreads();
   best = sh.f[0];
   best_id = sh.i[0];
-  for (int w = 1; w < kWarps; ++w) {
-    if (sh.i[w] != INT_MAX && (best_id == INT_MAX || sh.f[w] > best || (sh.f[w] == best && sh.i[w] < best_id))) {
-      best = sh.f[w];
-      best_id = sh.i[w];
-    }
-  }
+  z = sh.f[1];
   __syncthreads();
 }
 
@@ -230,6 +276,7 @@ __device__ void block_top_logprobs(const float* row, int vocab, int n, float max
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int vocab,
+                                                          const RowSliceStats* __restrict__ stats, int slices,
                                                           const DeviceSampleRequest* __restrict__ requests,
                                                           DeviceSampleResult* __restrict__ results) {
   __shared__ Shared sh;
@@ -237,12 +284,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   const float* row = logits + static_cast<size_t>(r) * vocab;
   const DeviceSampleRequest req = requests[r];
 
-  float max_logit = 0.0f;
+  float max_logit = 0.0f, z = 0.0f;  // z = Σ exp(l - max): the temperature-1 normalizer of the logprob
   int best_id = 0;
-  block_argmax(row, vocab, sh, max_logit, best_id);
-  float z = 0.0f;  // Σ exp(l - max): the temperature-1 normalizer of the logprob
-  for (int i = threadIdx.x; i < vocab; i += kThreads) z += expf(row[i] - max_logit);
-  z = block_sum_f(z, sh);
+  combine_row_stats(stats + static_cast<size_t>(r) * slices, slices, sh, max_logit, best_id, z);
   const float log_z = logf(z);
   DeviceSampleResult& result = results[r];
   if (req.top_n > 0) block_top_logprobs(row, vocab, req.top_n, max_logit, log_z, sh, result);
@@ -325,10 +369,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
 
 }  // namespace
 
-void launch_sample_kernel(const float* logits, int64_t rows, int64_t vocab, const DeviceSampleRequest* requests,
-                          DeviceSampleResult* results, cudaStream_t stream) {
-  sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, static_cast<int>(vocab), requests,
-                                                                       results);
+void launch_sample_kernel(const float* logits, int64_t rows, int64_t vocab, RowSliceStats* stats,
+                          const DeviceSampleRequest* requests, DeviceSampleResult* results, cudaStream_t stream) {
+  const int slices = static_cast<int>(sample_row_slices(vocab));
+  row_stats_kernel<<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(rows)), kStatsThreads, 0, stream>>>(
+      logits, static_cast<int>(vocab), slices, stats);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+  sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, static_cast<int>(vocab), stats, slices,
+                                                                       requests, results);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 

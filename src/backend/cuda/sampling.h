@@ -1,6 +1,7 @@
 #pragma once
-// Sampling on the GPU (the seam's Backend::sample): one thread block per logits row; only the
-// chosen ids and their logprobs are copied back to the host.
+// Sampling on the GPU (the seam's Backend::sample): the row's maximum and normalizer by slices over
+// many blocks, then one thread block per logits row; only the chosen ids and their logprobs are
+// copied back to the host.
 //
 //   greedy   (temperature 0 or top_k 1) the largest logit, the lowest id on ties: a block arg-max
 //            whose ties resolve to the lower index, so it equals sampling::greedy exactly.
@@ -32,22 +33,30 @@
 
 namespace nibble::cuda {
 
-// Device buffers of sample(), grown as needed and reused (stream-ordered).
+// Buffers of sample(), grown as needed and reused: the device ones stream-ordered, the requests and
+// results also in pinned host memory (their copies then skip the driver's staging).
 class SamplingWorkspace {
  public:
   SamplingWorkspace() = default;
   ~SamplingWorkspace();
   SamplingWorkspace(const SamplingWorkspace&) = delete;
   SamplingWorkspace& operator=(const SamplingWorkspace&) = delete;
-  void reserve(int64_t rows, cudaStream_t stream);
-  void release();  // frees both buffers (stream-ordered); the owner calls it before destroying the stream
+  void reserve(int64_t rows, int64_t vocab, cudaStream_t stream);
+  void release();  // frees every buffer (stream-ordered); the owner calls it before destroying the stream
   DeviceSampleRequest* requests() const { return requests_; }
   DeviceSampleResult* results() const { return results_; }
+  RowSliceStats* stats() const { return stats_; }
+  DeviceSampleRequest* host_requests() const { return host_requests_; }
+  DeviceSampleResult* host_results() const { return host_results_; }
 
  private:
-  DeviceSampleRequest* requests_ = nullptr;  // [capacity_]
-  DeviceSampleResult* results_ = nullptr;    // [capacity_]
+  DeviceSampleRequest* requests_ = nullptr;       // [capacity_] device
+  DeviceSampleResult* results_ = nullptr;         // [capacity_] device
+  RowSliceStats* stats_ = nullptr;                // [stats_capacity_] device: [rows][sample_row_slices(vocab)]
+  DeviceSampleRequest* host_requests_ = nullptr;  // [capacity_] pinned host
+  DeviceSampleResult* host_results_ = nullptr;    // [capacity_] pinned host
   int64_t capacity_ = 0;
+  int64_t stats_capacity_ = 0;
   cudaStream_t stream_ = nullptr;
 };
 

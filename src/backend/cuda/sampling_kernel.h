@@ -26,8 +26,19 @@ struct DeviceSampleResult {
   float top_logprob[kDeviceMaxTopLogprobs];  // [num_top] (l - max) - log Σ exp(l_i - max), float32
 };
 
-// Launches the sampling kernel: rows blocks over logits [rows, vocab] (device, f32).
-void launch_sample_kernel(const float* logits, int64_t rows, int64_t vocab, const DeviceSampleRequest* requests,
-                          DeviceSampleResult* results, cudaStream_t stream);
+// One slice of a logits row (sampling.cu's first kernel): its maximum, the lowest id holding it (or
+// INT_MAX for none), and Σ exp(l - max) over the slice.
+struct RowSliceStats {
+  float max;
+  int32_t id;
+  float sum;
+};
+inline constexpr int64_t kSliceLogits = 4096;  // logits per slice (16 per thread of a 256-thread block)
+inline constexpr int64_t sample_row_slices(int64_t vocab) { return (vocab + kSliceLogits - 1) / kSliceLogits; }
+
+// Launches the sampling kernels over logits [rows, vocab] (device, f32): the slice statistics into
+// stats [rows][sample_row_slices(vocab)] (device scratch), then one block per row.
+void launch_sample_kernel(const float* logits, int64_t rows, int64_t vocab, RowSliceStats* stats,
+                          const DeviceSampleRequest* requests, DeviceSampleResult* results, cudaStream_t stream);
 
 }  // namespace nibble::cuda

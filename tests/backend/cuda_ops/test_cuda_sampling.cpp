@@ -1,7 +1,9 @@
 // Sampling on the GPU (backend/cuda/sampling.h) through the seam's sample(), against the CPU's
 // sampler (sampling/sampler.h):
 //   - greedy equals sampling::greedy (largest logit, lowest id on ties) on random rows, rows with
-//     planted ties and a Llama-3-sized vocabulary; the logprob equals log softmax within 1e-5;
+//     planted ties and a Llama-3-sized vocabulary; the logprob equals log softmax within 1e-5; and
+//     at the edges of the 4096-logit slices the first kernel reduces (ties across a slice boundary,
+//     whole slices of -inf, a short last slice);
 //   - top-k / top-p / min-p (and their mix) only ever return tokens of the CPU's kept set
 //     (sampling::filtered_distribution > 0), and 40000 seeded draws of one row follow that
 //     distribution: Pearson's chi-square over the kept tokens (bins with expected count < 5
@@ -93,6 +95,39 @@ TEST_F(CudaSampling, GreedyEqualsCpuArgmaxIncludingTies) {
       EXPECT_EQ(cpu[r].id, want);
       EXPECT_NEAR(got[r].logprob, log_softmax(row, want), 1e-5) << "vocab " << vocab << " row " << r;
     }
+  }
+}
+
+// The row maximum and normalizer come from 4096-logit slices (sampling.cu): ties across slice
+// boundaries resolve to the lowest id, slices of -inf add nothing, a last slice of 1..3 logits counts.
+TEST_F(CudaSampling, GreedyAcrossSliceBoundaries) {
+  for (const int64_t vocab : {4096, 4097, 8195, 128256}) {
+    const int64_t rows = 6;
+    std::vector<float> logits = random_logits(rows, vocab, 2.0f, static_cast<uint32_t>(vocab) + 5);
+    auto row = [&](int64_t r) { return logits.data() + r * vocab; };
+    const auto top_of = [&](int64_t r) { return *std::max_element(row(r), row(r) + vocab) + 0.5f; };
+    float t = top_of(0);  // row 0: a tie at the last id of slice 0 and the first of slice 1
+    row(0)[std::min<int64_t>(4096, vocab - 1)] = t;
+    row(0)[4095] = t;
+    t = top_of(1);  // row 1: the maximum in the last logit of the row
+    row(1)[vocab - 1] = t;
+    std::fill(row(2), row(2) + std::min<int64_t>(vocab, 8192), -INFINITY);  // row 2: slices of -inf first
+    std::fill(row(3), row(3) + vocab, -INFINITY);  // row 3: one finite logit, late
+    row(3)[vocab / 2 + 1] = -7.0f;
+    t = top_of(4);  // row 4: the same maximum in every slice (the first slice's wins)
+    for (int64_t i = 17; i < vocab; i += 4096) row(4)[i] = t;
+    std::fill(row(5), row(5) + vocab, 0.25f);  // row 5: all equal
+    std::vector<SampleRequest> requests(static_cast<size_t>(rows), SampleRequest{.temperature = 0.0f});
+    requests[1].top_logprobs = 3;
+    const std::vector<SampledToken> got = sample_gpu(logits, vocab, requests);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::span<const float> span(row(r), static_cast<size_t>(vocab));
+      const int32_t want = sampling::greedy(span);
+      EXPECT_EQ(got[r].id, want) << "vocab " << vocab << " row " << r;
+      EXPECT_NEAR(got[r].logprob, log_softmax(span, want), 1e-5) << "vocab " << vocab << " row " << r;
+    }
+    EXPECT_EQ(got[1].num_top, 3);
+    EXPECT_EQ(got[1].top[0].id, vocab - 1);
   }
 }
 
