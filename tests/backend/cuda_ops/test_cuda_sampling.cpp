@@ -111,7 +111,7 @@ TEST_F(CudaSampling, GreedyAcrossSliceBoundaries) {
     row(0)[4095] = t;
     t = top_of(1);  // row 1: the maximum in the last logit of the row
     row(1)[vocab - 1] = t;
-    std::fill(row(2), row(2) + std::min<int64_t>(vocab, 8192), -INFINITY);  // row 2: slices of -inf first
+    std::fill(row(2), row(2) + std::min<int64_t>(vocab - 1, 8192), -INFINITY);  // row 2: slices of -inf first
     std::fill(row(3), row(3) + vocab, -INFINITY);  // row 3: one finite logit, late
     row(3)[vocab / 2 + 1] = -7.0f;
     t = top_of(4);  // row 4: the same maximum in every slice (the first slice's wins)
