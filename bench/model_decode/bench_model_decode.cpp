@@ -34,7 +34,7 @@
 //   timeline   --timeline: after the modes, for each KV format and context, --steps steps of
 //              the engine's step (mode 6) traced by CUPTI (kernel_timeline.h): per kernel of the
 //              graph, how far it moved the end of the step's kernel chain, and the GPU's idle time
-//              between steps.
+//              between steps; then the same steps' host time per seam call (OpTimer's host timing).
 //
 //   ablation   --skip: mode 0 again with some ops dropped (not launched at all: the graph holds only
 //              the rest), their cost inside the graph = the difference. The logits are then not
@@ -489,6 +489,26 @@ int run(int argc, char** argv) {
         (void)time_steps(true);
         timeline += fmt::format("\n# timeline: {} KV, context {}, the engine's step (mode 6){}", quant::kv_dtype_name(kv),
                                context, timeline_table(trace.stop(), untraced * 1e3));
+        // The host side of the same steps: each seam call's host time (a replay records its ops and
+        // launches nothing before the graph), plan() and sample() (which waits for the graph).
+        timer.clear_host_totals();
+        timer.set_host_timing(true);
+        const double host_timed = time_steps(true);
+        timer.set_host_timing(false);
+        const double n = static_cast<double>(args.steps + 3);  // time_steps' steps, warm-up ones included
+        double calls_us = 0;
+        std::string rows;
+        for (const std::string& label : timer.host_order()) {
+          const OpTimer::HostTotals& t = timer.host_totals().at(label);
+          if (label != "sample") calls_us += t.total_us / n;
+          rows += fmt::format("| {} | {:.0f} | {:.2f} | {:.1f} |\n", label, static_cast<double>(t.calls) / n,
+                              t.total_us / static_cast<double>(t.calls), t.total_us / n);
+        }
+        timeline += fmt::format(
+            "\n# host time per step (steady_clock around each seam call, {} steps; step {:.3f} ms with host timing, "
+            "{:.3f} ms without): the calls before the graph launch take {:.1f} us; sample() waits for the graph\n"
+            "| call | calls/step | us/call | us/step |\n|---|---|---|---|\n{}",
+            args.steps + 3, host_timed * 1e3, untraced * 1e3, calls_us, rows);
       }
       if (args.breakdown && kv == args.kv.front() && context == args.contexts.front()) {
         set_mode(0);  // the default settings, whichever mode ran last (breakdown_table turns graphs off)

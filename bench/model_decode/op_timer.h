@@ -9,6 +9,7 @@
 // 4096] +norm"), so the products of one layer and the LM head are told apart.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -47,6 +48,18 @@ class OpTimer final : public backend::Backend {
   };
   void set_skip(Skip s) { skip_ = s; }
 
+  // Host time instead (bench_model_decode --timeline, graph replays): while on, each op's call,
+  // plan() and sample() are timed on the host clock (a replayed step records its ops and launches
+  // nothing until the graph), summed per label. Off with event timing on.
+  void set_host_timing(bool on) { host_on_ = on; }
+  struct HostTotals {
+    int64_t calls = 0;
+    double total_us = 0;
+  };
+  const std::map<std::string, HostTotals>& host_totals() const { return host_totals_; }
+  const std::vector<std::string>& host_order() const { return host_order_; }
+  void clear_host_totals() { host_totals_.clear(), host_order_.clear(); }
+
   std::string_view name() const override { return inner_.name(); }
   std::unique_ptr<backend::Buffer> allocate(int64_t bytes) override { return inner_.allocate(bytes); }
   void copy_from_host(void* dst, const void* src, int64_t bytes) override { inner_.copy_from_host(dst, src, bytes); }
@@ -58,7 +71,7 @@ class OpTimer final : public backend::Backend {
   backend::Vector upload_vector(const float* host, int64_t size, std::unique_ptr<backend::Buffer>& owner) override {
     return inner_.upload_vector(host, size, owner);
   }
-  std::unique_ptr<backend::PlannedStep> plan(const backend::StepPlan& plan) override { return inner_.plan(plan); }
+  std::unique_ptr<backend::PlannedStep> plan(const backend::StepPlan& plan) override;
   void prepare_attention(const backend::AttentionGeometry& g) override { inner_.prepare_attention(g); }
   int64_t decode_batch_bucket(int64_t num_seqs) const override { return inner_.decode_batch_bucket(num_seqs); }
   void sample(backend::Tensor logits, std::span<const backend::SampleRequest> requests,
@@ -89,9 +102,11 @@ class OpTimer final : public backend::Backend {
                  backend::Tensor out) override;
 
  private:
-  // Runs `op` between two events when timing (labelled), else just runs it.
-  template <class F>
-  void timed(const std::string& label, double weight_bytes, F&& op);
+  // Runs `op` between two events when timing, or timed on the host clock when host timing, under
+  // the label label() returns (made only then: the pass-through adds no formatting to a step).
+  template <class L, class F>
+  void timed(L&& label, double weight_bytes, F&& op);
+  void add_host(const std::string& label, std::chrono::steady_clock::time_point begin);
 
   backend::CudaBackend& inner_;
   bool on_ = false;
@@ -105,6 +120,9 @@ class OpTimer final : public backend::Backend {
   std::vector<std::string> order_;
   int64_t steps_ = 0;
   Skip skip_;
+  bool host_on_ = false;
+  std::map<std::string, HostTotals> host_totals_;
+  std::vector<std::string> host_order_;
 };
 
 }  // namespace nibble::bench
