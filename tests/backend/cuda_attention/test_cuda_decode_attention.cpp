@@ -431,7 +431,7 @@ TEST(CudaDecodeEarlyDependents, AProgrammaticProductBehindTheMergeReadsItsOutput
 // prefix_ready (the engine's setting): the chunk holding each sequence's last token is copied after
 // the wait for the kernel that writes it, the earlier ones before. Lengths that end on a chunk, in
 // one, on a page; items of one chunk per warp up to several steps.
-TEST_P(CudaDecodeFormat, PrefixCopiedBeforeTheWaitLastTokenAfterIt) {
+TEST_P(CudaDecodeFormat, PrefixReadyLastTokenCopiedAfterTheWait) {
   NIBBLE_SKIP_WITHOUT_GPU();
   for (int page_size : {16, 64}) {
     run_and_compare({.dtype = GetParam(), .head_dim = 128, .kv_heads = 2, .group = 4, .page_size = page_size,
@@ -440,10 +440,17 @@ TEST_P(CudaDecodeFormat, PrefixCopiedBeforeTheWaitLastTokenAfterIt) {
     run_and_compare({.dtype = GetParam(), .head_dim = 64, .kv_heads = 1, .group = 8, .page_size = page_size,
                      .seq_lens = {2000, 48}, .chunk_variants = {0, 1024}, .late = RunSpec::LateWrite::kLast});
   }
-  if (GetParam() != KvDtype::kF32) {  // the f32 (CUDA-core) kernel copies everything after its wait
-    run_and_compare({.dtype = GetParam(), .head_dim = 128, .kv_heads = 2, .group = 4, .page_size = 16,
-                     .seq_lens = {1024, 40}, .chunk_variants = {0, 64}, .late = RunSpec::LateWrite::kFirst});
-  }
+}
+
+// ... and the earlier chunks really are copied before the wait: written late, they come out NaN.
+// Needs the attention to run beside the writer (programmatic dependent launch); a tool that
+// serializes kernels (compute-sanitizer, CUDA_LAUNCH_BLOCKING=1) makes it fail, so scripts/gpu_check.sh
+// leaves it out of its sanitizer runs. The f32 (CUDA-core) kernel copies everything after its wait.
+TEST_P(CudaDecodeFormat, PrefixReadyEarlierTokensCopiedBeforeTheWait) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  if (GetParam() == KvDtype::kF32) GTEST_SKIP() << "the f32 kernel waits before every copy";
+  run_and_compare({.dtype = GetParam(), .head_dim = 128, .kv_heads = 2, .group = 4, .page_size = 16,
+                   .seq_lens = {1024, 40}, .chunk_variants = {0, 64}, .late = RunSpec::LateWrite::kFirst});
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaDecodeFormat,
