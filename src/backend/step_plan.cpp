@@ -16,6 +16,7 @@ StepPlan make_step_plan(std::span<const SequenceStep> seqs, int64_t page_size, i
   }
   const int64_t num_seqs = static_cast<int64_t>(seqs.size());
   plan.page_tables.assign(num_seqs * plan.max_pages_per_seq, -1);
+  plan.max_page_id = -1;
   plan.token_begin.push_back(0);
   plan.logit_begin.push_back(0);
   for (int64_t i = 0; i < num_seqs; ++i) {
@@ -32,6 +33,7 @@ StepPlan make_step_plan(std::span<const SequenceStep> seqs, int64_t page_size, i
       NIBBLE_CHECK(s.pages[p] >= 0 && s.pages[p] < num_pages, "sequence {}: page id {} outside the pool of {} pages",
                    i, s.pages[p], num_pages);
       plan.page_tables[i * plan.max_pages_per_seq + static_cast<int64_t>(p)] = s.pages[p];
+      plan.max_page_id = std::max(plan.max_page_id, s.pages[p]);
     }
     plan.seqs.push_back({.first_position = s.first_position,
                          .num_new_tokens = n,

@@ -56,6 +56,11 @@ struct StepPlan {
   std::vector<int32_t> logit_rows;     // [num_logit_rows] activation rows whose logits are returned,
                                        // in sequence order
   std::vector<int64_t> logit_begin;    // [num_seqs + 1] each sequence's first entry in logit_rows
+  // The largest page id in page_tables (-1: none), set by make_step_plan, so that the ops check the
+  // plan against the pool in constant time; kMaxPageUnknown in a plan built by hand, whose page ids
+  // validate_cache then checks one by one.
+  static constexpr int32_t kMaxPageUnknown = INT32_MIN;
+  int32_t max_page_id = kMaxPageUnknown;
 
   int64_t num_seqs() const { return static_cast<int64_t>(seqs.size()); }
   int64_t num_logit_rows() const { return static_cast<int64_t>(logit_rows.size()); }

@@ -265,6 +265,24 @@ TEST(CpuAttentionErrors, ShapesAndPagesAreChecked) {
   EXPECT_THROW(make_step_plan(std::span(&bad_page, 1), kPageSize, kNumPages), Error);
   const SequenceStep empty{.first_position = 0, .tokens = {}, .pages = table};
   EXPECT_THROW(make_step_plan(std::span(&empty, 1), kPageSize, kNumPages), Error);
+  // A plan made for a larger pool than the view's: the ops refuse its pages, whether the plan
+  // carries its largest page id (make_step_plan) or not (built by hand: checked page by page).
+  const std::vector<int32_t> beyond = {kNumPages + 1};
+  const SequenceStep late_page{.first_position = 0, .tokens = tokens, .pages = beyond};
+  StepPlan wide = make_step_plan(std::span(&late_page, 1), kPageSize, kNumPages + 8);
+  EXPECT_EQ(wide.max_page_id, kNumPages + 1);
+  const Tensor kt{k.data(), 4, 128};
+  try {
+    cpu_kv_write(f.backend.pool(), wide, f.view(), 0, kt, kt);
+    ADD_FAILURE() << "a page outside the pool was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the pool"), std::string::npos) << e.what();
+  }
+  wide.max_page_id = StepPlan::kMaxPageUnknown;
+  EXPECT_THROW(cpu_kv_write(f.backend.pool(), wide, f.view(), 0, kt, kt), Error);
+  StepPlan by_hand = plan;
+  by_hand.max_page_id = StepPlan::kMaxPageUnknown;
+  EXPECT_NO_THROW(cpu_kv_write(f.backend.pool(), by_hand, f.view(), 0, kt, kt));
 }
 
 std::vector<Case> all_cases() {
