@@ -30,8 +30,10 @@
 // chunks are copied while q is loaded and turned into fragments.
 //
 // Launch: programmatic dependent launch (decode_attention_launch.cuh). A block reads the plan and
-// its first page-table entry, then griddepcontrol.wait (the previous kernel's q / pages), then
-// issues q loads and its first copies; it triggers its dependents (the split merge) at its start.
+// its first page-table entry, copies (with a.prefix_ready) its first chunks that end before the
+// sequence's last token, then griddepcontrol.wait (the previous kernel's q / last token), then
+// issues q loads and its other first copies; it triggers its dependents (the split merge) at its
+// start.
 // A stage = K data [16][kKRow] | K scales [16][kKScaleRow] | V data [16][kVRow] | V scales [16][..];
 // data regions are XOR-swizzled in 16-byte pieces within 128-byte lines (k_swz / v_swz) so the
 // fragment reads are free of bank conflicts; the copies that fill a stage: decode_tile_copy.cuh.
