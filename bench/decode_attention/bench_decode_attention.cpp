@@ -247,6 +247,7 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
       {.seq_lens = lens, .num_kv_heads = kKvHeads, .group_chunks = cuda::decode_group_chunks(c.num_q_heads, kKvHeads),
        .num_sms = dev.sms,
        .blocks_per_sm = cuda::decode_blocks_per_sm(c.layout.k(0).format, c.layout.v(0).format, kHeadDim),
+       .item_granule_multiple = cuda::decode_item_granules(c.layout.k(0).format, c.layout.v(0).format, kHeadDim),
        .force_chunk_tokens = force_chunk});
   return c;
 }

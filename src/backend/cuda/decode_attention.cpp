@@ -33,6 +33,13 @@ int64_t decode_blocks_per_sm(quant::ElemFormat k_format, quant::ElemFormat v_for
   return issue_bound ? resident : std::min(resident, kDecodeMemoryBoundBlocksPerSm);
 }
 
+int64_t decode_item_granules(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
+  if (k_format == quant::ElemFormat::kF32) return 1;
+  const int64_t block_round = detail::kTcWarps * detail::kTcChunk *
+                              detail::tc_steps(k_format, v_format, static_cast<int>(head_dim));
+  return std::max<int64_t>(1, block_round / kDecodeSplitGranule);
+}
+
 int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {
   return plan.max_splits > 1 ? static_cast<int64_t>(plan.num_work) * num_q_heads * head_dim : 0;
 }

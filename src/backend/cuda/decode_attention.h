@@ -79,6 +79,11 @@ void decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
 // (issue-bound blocks gain from more). The DecodePlanInputs::blocks_per_sm of the plan.
 int64_t decode_blocks_per_sm(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
+// Granules (kDecodeSplitGranule tokens) whose multiples the split plan's items should span: a
+// block's 4 warps then get equal numbers of steps. 2 where the tensor-core kernel takes 32-token
+// warp steps (nvfp4 at head_dim 128), else 1. The DecodePlanInputs::item_granule_multiple.
+int64_t decode_item_granules(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
+
 // ceil(query heads per KV head / 8): the DecodePlanInputs::group_chunks for this geometry.
 int64_t decode_group_chunks(int64_t num_q_heads, int64_t num_kv_heads);
 

@@ -32,7 +32,8 @@ int64_t count_items(const DecodePlanInputs& in, int64_t chunk_granules) {
 // blocks runs in ceil(B / S) waves and keeps (B / S) / ceil(B / S) of the slots busy. Tries splitting
 // the longest sequence into 1, 2, ... items (chunks never below min_granules) and takes the fewest
 // splits whose efficiency is within 5% of the best (fewer splits = less merge work): a batch that
-// already fills whole waves stays unsplit. Returns the chunk in granules.
+// already fills whole waves stays unsplit. Chunks of more than one granule are rounded up to a
+// multiple of in.item_granule_multiple. Returns the chunk in granules.
 int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_t min_granules, int64_t blocks_per_sm) {
   const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
   const int64_t slots = in.num_sms * blocks_per_sm;
@@ -40,8 +41,10 @@ int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_
   std::vector<double> efficiency;
   std::vector<int64_t> chunk_granules;
   double best = 0;
+  const int64_t multiple = in.item_granule_multiple;
   for (int64_t split = 1; split <= max_split; ++split) {
-    const int64_t cg = (max_granules + split - 1) / split;
+    int64_t cg = (max_granules + split - 1) / split;
+    if (cg > 1) cg = (cg + multiple - 1) / multiple * multiple;
     if (!chunk_granules.empty() && cg == chunk_granules.back()) continue;
     const double waves = static_cast<double>(count_items(in, cg) * blocks_per_item) / static_cast<double>(slots);
     const double eff = waves / std::ceil(waves);
@@ -59,9 +62,11 @@ int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_
 DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   const int64_t num_seqs = static_cast<int64_t>(in.seq_lens.size());
   NIBBLE_CHECK(num_seqs > 0, "decode plan: the batch has no sequences");
-  NIBBLE_CHECK(in.num_kv_heads > 0 && in.group_chunks > 0 && in.num_sms > 0 && in.blocks_per_sm > 0,
-               "decode plan: kv_heads {}, group_chunks {}, num_sms {}, blocks_per_sm {} must all be positive",
-               in.num_kv_heads, in.group_chunks, in.num_sms, in.blocks_per_sm);
+  NIBBLE_CHECK(in.num_kv_heads > 0 && in.group_chunks > 0 && in.num_sms > 0 && in.blocks_per_sm > 0 &&
+                   in.item_granule_multiple > 0,
+               "decode plan: kv_heads {}, group_chunks {}, num_sms {}, blocks_per_sm {}, item_granule_multiple {} "
+               "must all be positive",
+               in.num_kv_heads, in.group_chunks, in.num_sms, in.blocks_per_sm, in.item_granule_multiple);
   int64_t max_len = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     NIBBLE_CHECK(in.seq_lens[s] >= 1, "decode plan: sequence {} has length {}, expected >= 1", s, in.seq_lens[s]);

@@ -53,6 +53,12 @@ struct DecodePlanInputs {
   // Never split finer than this (a shorter item costs a block's whole latency chain for little
   // work); lowered once to kDecodeIdleChunkTokens when it would leave more than half the SMs idle.
   int64_t min_chunk_tokens = 256;
+  // Items longer than one granule span a multiple of this many granules (decode_item_granules: 2 for
+  // nvfp4 at head_dim 128, whose 4 warps take 32-token steps, so that every warp of a block gets the
+  // same number of steps). 1 x 32K nvfp4 (GQA 4, H200, graph replays): 1088-token items (17 steps of
+  // 32 per warp pair, 16 for the other two) 24.0 us, 1024-token items 22.6; 1 x 64K 38.3 -> 37.2;
+  // 2 x 32K 38.2 -> 36.8.
+  int64_t item_granule_multiple = 1;
   int64_t force_chunk_tokens = 0;  // > 0: use this chunk size (a multiple of the granule); tests
 };
 

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "backend/cuda/decode_attention.h"  // decode_item_granules
 #include "backend/cuda/decode_plan.h"
 #include "common/error.h"
 
@@ -79,6 +80,37 @@ TEST(DecodeSplitPlan, MatchesTheMeasuredChoices) {
   }
 }
 
+// nvfp4 at head_dim 128 (32-token warp steps): items of more than one granule span whole rounds of
+// the block's 4 warps (128 tokens), so no warp takes one step more than the others.
+TEST(DecodeSplitPlan, ItemsOfThirtyTwoTokenStepBuildsSpanWholeBlockRounds) {
+  EXPECT_EQ(decode_item_granules(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128), 2);
+  EXPECT_EQ(decode_item_granules(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 64), 1);
+  EXPECT_EQ(decode_item_granules(quant::ElemFormat::kFP8, quant::ElemFormat::kNVFP4, 128), 1);
+  EXPECT_EQ(decode_item_granules(quant::ElemFormat::kBF16, quant::ElemFormat::kBF16, 128), 1);
+  struct Case {
+    int32_t batch, ctx;
+    int32_t before, after;  // chunk tokens with item_granule_multiple 1 and 2
+  };
+  const Case cases[] = {
+      {1, 32768, 1088, 1024},  // 24.0 -> 22.6 us (decode_plan.h)
+      {1, 65536, 1088, 1024},  // 38.3 -> 37.2
+      {2, 32768, 1088, 1024},  // 38.2 -> 36.8
+      {1, 1024, 64, 64},       // one granule: the 16-token-step build, nothing to round
+      {1, 16384, 512, 512},
+      {8, 32768, 4096, 4096},
+  };
+  for (const Case& c : cases) {
+    const std::vector<int32_t> lens(c.batch, c.ctx);
+    for (const int64_t multiple : {1, 2}) {
+      const auto plan = plan_decode_splits(
+          {.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132, .blocks_per_sm = 4, .item_granule_multiple = multiple});
+      expect_covers(plan, lens);
+      EXPECT_EQ(plan.chunk_tokens, multiple == 1 ? c.before : c.after) << c.batch << " x " << c.ctx;
+      if (multiple == 2 && plan.chunk_tokens > kDecodeSplitGranule) EXPECT_EQ(plan.chunk_tokens % 128, 0);
+    }
+  }
+}
+
 TEST(DecodeSplitPlan, DoesNotSplitABigBatch) {
   const std::vector<int32_t> lens(256, 4096);
   const auto plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132});
@@ -117,6 +149,7 @@ TEST(DecodeSplitPlan, RejectsBadInput) {
   const std::vector<int32_t> ok = {5};
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .force_chunk_tokens = 100}), Error);
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 0}), Error);
+  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .item_granule_multiple = 0}), Error);
 }
 
 }  // namespace
