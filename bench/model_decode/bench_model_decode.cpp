@@ -41,13 +41,14 @@
 //              the model's; the rows say so.
 //
 //   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
-//                      [--modes 0,1,2,3,4,5,6,7] [--no-products] [--no-breakdown]
+//                      [--modes 0,1,2,3,4,5,6,7,8] [--no-products] [--no-breakdown]
 //                      [--skip attention,rope_kv_write,both] [--timeline]
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
 //          RoPE and KV write unfused, 5 graph + GEMV, the decode merge triggering the o GEMV at its
 //          end instead of its start, 6 graph + GEMV, the token sampled on the device (as the engine
 //          generates; the other modes copy the logits to the host), 7 as 6 with every KV copy of the
-//          decode attention after its wait for the KV write
+//          decode attention after its wait for the KV write, 8 as 6 with the decode blocks not
+//          spread (as many per SM as fit: CudaBackend::set_decode_spread_blocks(false))
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -136,11 +137,11 @@ Args parse_args(int argc, char** argv) {
       a.modes.clear();
       for (const std::string& m : split(value())) {
         const int mode = std::stoi(m);
-        NIBBLE_CHECK(mode >= 0 && mode <= 7, "--modes: {} is not one of 0..7", m);
+        NIBBLE_CHECK(mode >= 0 && mode <= 8, "--modes: {} is not one of 0..8", m);
         a.modes.push_back(mode);
       }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4,5,6,7 "
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4,5,6,7,8 "
                   "--no-products --no-breakdown --skip attention,rope_kv_write,both --timeline)",
                   arg);
     }
@@ -453,6 +454,7 @@ int run(int argc, char** argv) {
         cuda.set_small_op_fusion(mode != 4);
         cuda.set_merge_early_trigger(mode != 5);
         cuda.set_decode_prefix_before_wait(mode != 7);
+        cuda.set_decode_spread_blocks(mode != 8);
       };
       for (const int mode : args.modes) {
         set_mode(mode);
@@ -460,7 +462,8 @@ int run(int argc, char** argv) {
         const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL",
                                           "on, RoPE + KV write unfused", "on, merge triggers the o GEMV at its end",
                                           "on, token sampled on the device",
-                                          "on, sampled, decode KV copied after the wait"};
+                                          "on, sampled, decode KV copied after the wait",
+                                          "on, sampled, decode blocks not spread"};
         const double weight_limit = weight_bytes / bandwidth;
         const double total_limit = (weight_bytes + kv_bytes_per_token * static_cast<double>(context)) / bandwidth;
         std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),

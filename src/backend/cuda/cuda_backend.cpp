@@ -659,10 +659,11 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                           // A step begins with plainly launched work (the plan upload, the embedding),
                           // so every earlier step's KV is complete, and this step writes only each
                           // decode sequence's last token (the kernel just before this one).
-                          .prefix_ready = decode_prefix_before_wait_};
+                          .prefix_ready = decode_prefix_before_wait_,
+                          .spread_blocks = decode_spread_blocks_};
   recorder_.op({11, sig(dec.plan_device.data()), sig(dec.partial_out.data()), sig(dec.partial_lse.data()),
                 sig_i(dec.plan.num_work), sig(page_tables), sig_i(merge_early_trigger_),
-                sig_i(decode_prefix_before_wait_)},
+                sig_i(decode_prefix_before_wait_), sig_i(decode_spread_blocks_)},
                [this, params] { cuda::decode_attention(params, stream_); });
   if (!s.all_decode()) {
     const cuda::RowCopyParams scatter{

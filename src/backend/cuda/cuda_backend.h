@@ -111,6 +111,9 @@ class CudaBackend final : public Backend {
   // of its last one (default on; DecodeAttentionParams::prefix_ready); off: every copy after the
   // wait (benchmarks compare both).
   void set_decode_prefix_before_wait(bool on) { decode_prefix_before_wait_ = on; }
+  // Decode plans sized for 2 blocks per SM launch with at most 2 per SM (default on;
+  // DecodeAttentionParams::spread_blocks); off: as many as fit (benchmarks compare both).
+  void set_decode_spread_blocks(bool on) { decode_spread_blocks_ = on; }
   const GraphStats& graph_stats() const { return graph_stats_; }
   // Waits for all queued work.
   void synchronize();
@@ -144,6 +147,7 @@ class CudaBackend final : public Backend {
   bool small_op_fusion_ = true;
   bool merge_early_trigger_ = true;
   bool decode_prefix_before_wait_ = true;
+  bool decode_spread_blocks_ = true;
   std::optional<AttentionGeometry> geometry_;  // declared by prepare_attention()
   GraphCache graphs_;
   GraphRecorder recorder_;

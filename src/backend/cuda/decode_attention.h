@@ -59,6 +59,11 @@ struct DecodeAttentionParams {
   // begins with plainly launched work (the plan upload, the embedding kernel) that waits for all
   // earlier work of the stream, and inside a step only the step's own tokens are written.
   bool prefix_ready = false;
+  // A plan sized for at most kDecodeMemoryBoundBlocksPerSm blocks per SM launches with shared memory
+  // that lets no more than that many share an SM, so its blocks spread over the SMs even when they
+  // become resident one SM at a time behind a previous kernel (the engine's step: behind the KV
+  // write, as the q/k/v product's blocks exit); on an idle GPU the blocks spread anyway.
+  bool spread_blocks = false;
 };
 
 // Floats of partial_out the plan needs (0 when no sequence is split); partial_lse needs

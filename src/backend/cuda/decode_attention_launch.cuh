@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/decode_attention_tc.cuh"
+#include "backend/cuda/decode_plan.h"  // kDecodeMemoryBoundBlocksPerSm
 
 namespace nibble::cuda::detail {
 
@@ -44,21 +45,29 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
   }
 }
 
+// Dynamic shared memory that lets at most `blocks` blocks share an SM (at least the kernel's own).
+constexpr int spread_smem_bytes(int own, int blocks) {
+  const int share = kSmemPerSm / blocks - kSmemReservedPerBlock;
+  return blocks > 0 && share > own ? share : own;
+}
+
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false>
-void launch_decode_tc_steps(const DecodeKernelArgs& args, dim3 grid, cudaStream_t stream) {
+void launch_decode_tc_steps(const DecodeKernelArgs& args, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   using T = TcTraits<KF, VF, kHeadDim>;
   auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks>;
-  static std::once_flag smem_raised;  // one per instantiation
+  static std::once_flag smem_raised;  // one per instantiation: room for the spread launch too
   std::call_once(smem_raised, [&] {
-    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           spread_smem_bytes(T::kSmemBytes, static_cast<int>(kDecodeMemoryBoundBlocksPerSm))));
   });
+  const int smem = spread_smem_bytes(T::kSmemBytes, max_blocks_per_sm);
   // Programmatic dependent launch: the blocks may be scheduled while the previous kernel of the
   // stream drains; they read the plan and page tables, then wait (griddepcontrol.wait) for that
   // kernel's results before reading q or the pages.
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(kTcThreads);
-  config.dynamicSmemBytes = T::kSmemBytes;
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -71,7 +80,8 @@ void launch_decode_tc_steps(const DecodeKernelArgs& args, dim3 grid, cudaStream_
 // steps: 1, or 2 where tc_steps(KF, VF, kHeadDim) is 2 (only then is the 32-token-step build made,
 // and its few-blocks build: few_blocks, DecodeLaunch::tc_few_blocks).
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
-void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, dim3 grid, cudaStream_t stream) {
+void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, int max_blocks_per_sm, dim3 grid,
+                            cudaStream_t stream) {
   constexpr int kMaxSteps = tc_steps(KF, VF, kHeadDim);
   if (steps < 1 || steps > kMaxSteps) {
     throw_unsupported("decode attention", "chunks per warp step", kMaxSteps == 2 ? "1, 2" : "1", steps);
@@ -79,29 +89,29 @@ void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_bl
   if constexpr (kMaxSteps == 2) {
     if (steps == 2) {
       if (few_blocks) {
-        launch_decode_tc_steps<KF, VF, kHeadDim, 2, true>(args, grid, stream);
+        launch_decode_tc_steps<KF, VF, kHeadDim, 2, true>(args, max_blocks_per_sm, grid, stream);
       } else {
-        launch_decode_tc_steps<KF, VF, kHeadDim, 2>(args, grid, stream);
+        launch_decode_tc_steps<KF, VF, kHeadDim, 2>(args, max_blocks_per_sm, grid, stream);
       }
       return;
     }
   }
   if constexpr (kMaxSteps == 2) {
     if (few_blocks) {
-      launch_decode_tc_steps<KF, VF, kHeadDim, 1, true>(args, grid, stream);
+      launch_decode_tc_steps<KF, VF, kHeadDim, 1, true>(args, max_blocks_per_sm, grid, stream);
       return;
     }
   }
-  launch_decode_tc_steps<KF, VF, kHeadDim, 1>(args, grid, stream);
+  launch_decode_tc_steps<KF, VF, kHeadDim, 1>(args, max_blocks_per_sm, grid, stream);
 }
 
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, dim3 grid,
-                                cudaStream_t stream) {
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks,
+                                int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   switch (head_dim) {
-    case 64: launch_decode_tc_shape<KF, VF, 64>(args, steps, few_blocks, grid, stream); break;
-    case 128: launch_decode_tc_shape<KF, VF, 128>(args, steps, few_blocks, grid, stream); break;
-    case 256: launch_decode_tc_shape<KF, VF, 256>(args, steps, few_blocks, grid, stream); break;
+    case 64: launch_decode_tc_shape<KF, VF, 64>(args, steps, few_blocks, max_blocks_per_sm, grid, stream); break;
+    case 128: launch_decode_tc_shape<KF, VF, 128>(args, steps, few_blocks, max_blocks_per_sm, grid, stream); break;
+    case 256: launch_decode_tc_shape<KF, VF, 256>(args, steps, few_blocks, max_blocks_per_sm, grid, stream); break;
     default: throw_unsupported("decode attention", "head_dim", "64, 128, 256", head_dim);
   }
 }

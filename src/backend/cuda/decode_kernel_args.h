@@ -133,8 +133,8 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
 // (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, dim3 grid,
-                                cudaStream_t stream);
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks,
+                                int max_blocks_per_sm, dim3 grid, cudaStream_t stream);
 
 // The split-KV merge (decode_reduce.cu); a sequence of one work item is skipped (the decode kernel
 // wrote it). max_items (the plan's max_splits) picks the kernel: up to 8 items one warp per query
@@ -167,6 +167,9 @@ struct DecodeLaunch {
   // fits kTcFewBlocksPerSm blocks on each of the plan's SMs (DecodeSplitPlan::num_sms). A benchmark
   // may clear it to time the any-plan build.
   bool tc_few_blocks;
+  // > 0: the tensor-core kernel's shared memory is raised so that at most this many blocks share an
+  // SM (DecodeAttentionParams::spread_blocks); 0: as many as fit.
+  int max_blocks_per_sm = 0;
 };
 
 // Throws nibble::Error naming the problem (decode_attention's checks).
