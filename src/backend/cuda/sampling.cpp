@@ -32,8 +32,10 @@ void SamplingWorkspace::release() {
 }
 
 void SamplingWorkspace::reserve(int64_t rows, int64_t vocab, cudaStream_t stream) {
-  const int64_t stats = rows * sample_row_slices(vocab);
-  if (rows <= capacity_ && stats <= stats_capacity_) return;
+  if (rows <= capacity_ && rows * sample_row_slices(vocab) <= stats_capacity_) return;
+  // Grow, never shrink: a step of fewer rows but a wider vocabulary keeps the row capacity.
+  rows = std::max(rows, capacity_);
+  const int64_t stats = std::max(rows * sample_row_slices(vocab), stats_capacity_);
   release();
   stream_ = stream;
   NIBBLE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&requests_), rows * sizeof(DeviceSampleRequest), stream));
