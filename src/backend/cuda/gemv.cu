@@ -111,6 +111,18 @@ struct Config {
 // staged and DRAM has nothing else to do, the warp's next 1 / 2 / 4 batches prefetched into L2 (one
 // bulk prefetch per batch and matrix from lane 0): slower, 8B batch-1 step at 1K bf16 4.46-4.49 ->
 // 4.55-4.60 / 4.66-4.72 / 4.86-4.88 ms (H200, 2026-11-30, seventh session).
+// Fewer boundaries (H200, 2026-12-01, ninth session; the step as above, mode 6): consecutive
+// products chained into one persistent launch (a layer's o, gate/up, down and the next q/k/v; this
+// kernel's code per stage, bit-identical results) with a grid barrier in device memory between
+// stages (an acq_rel arrival counter and a generation word, thread 0 of each block polling it with
+// ld.acquire) in place of the kernel boundary: 4.26 -> 4.80 ms with the next stage's first batches
+// issued before the arrival, 4.30 -> 4.71 issued after it, 4.24 -> 4.78 issued after the barrier;
+// chains of 2 / 3 products 4.65 / 4.57. So ~5 us per barrier against the 1-2.4 us of a PDL boundary
+// (the arrival and the generation's change are L2 round trips queued behind the weight stream), and
+// the RoPE / decode / merge kernels after a chain each took ~1 us longer. And the grid sized to the
+// fewest blocks with the same rows per warp (128 instead of 132 blocks for every 8B layer product:
+// no warp a row short): 4.312 / 4.312 -> 4.292 / 4.289, then 4.309 / 4.303 -> 4.365 / 4.364 ms,
+// within the spread between processes.
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;
