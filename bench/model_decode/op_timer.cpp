@@ -89,6 +89,14 @@ void OpTimer::sample(backend::Tensor logits, std::span<const backend::SampleRequ
   timed([] { return std::string("sample"); }, 0, [&] { inner_.sample(logits, requests, out); });
 }
 
+void OpTimer::sample_launch(backend::Tensor logits, std::span<const backend::SampleRequest> requests) {
+  timed([] { return std::string("sample_launch"); }, 0, [&] { inner_.sample_launch(logits, requests); });
+}
+
+void OpTimer::sample_wait(std::span<backend::SampledToken> out) {
+  timed([] { return std::string("sample_wait"); }, 0, [&] { inner_.sample_wait(out); });
+}
+
 void OpTimer::embedding(const backend::PlannedStep& step, const backend::Matrix& table, backend::Tensor out) {
   timed([] { return std::string("embedding"); }, 0, [&] { inner_.embedding(step, table, out); });
 }

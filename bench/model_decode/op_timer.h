@@ -76,6 +76,8 @@ class OpTimer final : public backend::Backend {
   int64_t decode_batch_bucket(int64_t num_seqs) const override { return inner_.decode_batch_bucket(num_seqs); }
   void sample(backend::Tensor logits, std::span<const backend::SampleRequest> requests,
               std::span<backend::SampledToken> out) override;
+  void sample_launch(backend::Tensor logits, std::span<const backend::SampleRequest> requests) override;
+  void sample_wait(std::span<backend::SampledToken> out) override;
   void embedding(const backend::PlannedStep& step, const backend::Matrix& table, backend::Tensor out) override;
   void rms_norm(backend::Tensor x, const backend::Vector& weight, float eps, backend::Tensor out) override;
   void matmul(backend::Tensor x, const backend::Matrix& w, const backend::Vector& bias, backend::Tensor out) override;

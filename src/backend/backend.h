@@ -108,6 +108,8 @@ class Backend {
   virtual Vector upload_vector(const float* host_data, int64_t size, std::unique_ptr<Buffer>& owner) = 0;
 
   // ---- the step plan --------------------------------------------------------------------------
+  // The plan's fed tokens (StepPlan::fed_rows) are resolved here, from the last sample_launch():
+  // throws nibble::Error when a fed row is not a row it drew.
   virtual std::unique_ptr<PlannedStep> plan(const StepPlan& plan) = 0;
   // The attention geometry every later plan() prepares for (see AttentionGeometry). Optional: a
   // backend that needs no per-step attention metadata ignores it.
@@ -124,6 +126,14 @@ class Backend {
   // nibble::Error when the counts differ or a request is out of range (sampling::validate's rules,
   // top_logprobs in [0, kMaxSampleTopLogprobs]).
   virtual void sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) = 0;
+  // sample() in two halves, so that the caller can launch the next step in between: sample_launch()
+  // validates and starts the draws (the same rules and results as sample()), sample_wait() returns
+  // them. The launched draws' ids are what the next plan's fed tokens (SequenceStep::fed_row) read.
+  // A later sample_launch() or sample() replaces the launched draws, waited for or not. Throws
+  // nibble::Error as sample() does, and from sample_wait() when out's size is not the launched rows
+  // or nothing was launched.
+  virtual void sample_launch(Tensor logits, std::span<const SampleRequest> requests) = 0;
+  virtual void sample_wait(std::span<SampledToken> out) = 0;
 
   // ---- element-wise and dense ops ---------------------------------------------------------------
   // out [total_tokens, hidden] = table[token_ids[row]]; table [vocab, hidden]. Throws on an id

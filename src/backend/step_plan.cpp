@@ -24,6 +24,8 @@ StepPlan make_step_plan(std::span<const SequenceStep> seqs, int64_t page_size, i
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     NIBBLE_CHECK(n > 0, "sequence {} of the step has no new tokens", i);
     NIBBLE_CHECK(s.first_position >= 0, "sequence {}: negative first position {}", i, s.first_position);
+    NIBBLE_CHECK(s.fed_row < 0 || n == 1, "sequence {}: a fed token (sample row {}) must be its only new token, got {}",
+                 i, s.fed_row, n);
     const int64_t context_after = s.first_position + n;
     const int64_t pages_needed = (context_after + page_size - 1) / page_size;
     NIBBLE_CHECK(static_cast<int64_t>(s.pages.size()) >= pages_needed,
@@ -42,6 +44,7 @@ StepPlan make_step_plan(std::span<const SequenceStep> seqs, int64_t page_size, i
     const int64_t begin = plan.total_tokens;
     for (int64_t t = 0; t < n; ++t) {
       plan.token_ids.push_back(s.tokens[t]);
+      plan.fed_rows.push_back(s.fed_row);
       plan.positions.push_back(static_cast<int32_t>(s.first_position + t));
       plan.row_sequence.push_back(static_cast<int32_t>(i));
     }

@@ -6,6 +6,7 @@
 //
 // Activations of a step are [total_tokens, features]: sequence s owns rows
 // [token_begin[s], token_begin[s + 1]), its new tokens in order.
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -39,6 +40,11 @@ struct SequenceStep {
   std::span<const int32_t> tokens;   // [num_new_tokens] ids of the new tokens
   std::span<const int32_t> pages;    // the sequence's page ids, covering first_position + tokens
   bool all_logits = false;
+  // >= 0: the sequence's one new token is the id the backend's last Backend::sample_launch() drew
+  // for logits row fed_row (tokens[0] is a placeholder and not read). The backend reads it where
+  // the draw left it (on the device for CUDA), so the step can be launched before that draw is
+  // back on the host (the engine's overlap of host work with the device).
+  int32_t fed_row = -1;
 };
 
 struct StepPlan {
@@ -50,7 +56,9 @@ struct StepPlan {
                                        // page page_tables[s * max_pages_per_seq + t / page_size],
                                        // slot t % page_size; unused entries -1
   std::vector<int64_t> token_begin;    // [num_seqs + 1] first activation row of each sequence
-  std::vector<int32_t> token_ids;      // [total_tokens]
+  std::vector<int32_t> token_ids;      // [total_tokens]; a fed token's entry is its placeholder
+  std::vector<int32_t> fed_rows;       // [total_tokens] SequenceStep::fed_row of each row's token, or
+                                       // -1 (every entry -1 when no token is fed; see has_fed_tokens)
   std::vector<int32_t> positions;      // [total_tokens] position of each row in its sequence
   std::vector<int32_t> row_sequence;   // [total_tokens] the sequence each row belongs to
   std::vector<int32_t> logit_rows;     // [num_logit_rows] activation rows whose logits are returned,
@@ -73,13 +81,16 @@ struct StepPlan {
     }
     return true;
   }
+  bool has_fed_tokens() const {
+    return std::any_of(fed_rows.begin(), fed_rows.end(), [](int32_t r) { return r >= 0; });
+  }
   const int32_t* page_table(int64_t seq) const { return page_tables.data() + seq * max_pages_per_seq; }
   // The page holding position `pos` of sequence `seq`.
   int32_t page_of(int64_t seq, int64_t pos) const { return page_table(seq)[pos / page_size]; }
 };
 
 // Builds and validates a plan. Throws nibble::Error when a sequence has no new tokens, a negative
-// first position, or too few pages for first_position + num_new_tokens tokens, or when page_size
+// first position, a fed token (fed_row >= 0) with more than one new token, or too few pages for first_position + num_new_tokens tokens, or when page_size
 // is not positive. num_pages (> 0) bounds every page id.
 StepPlan make_step_plan(std::span<const SequenceStep> seqs, int64_t page_size, int64_t num_pages);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <span>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -94,7 +96,7 @@ Engine::Engine(runtime::LoadedModel model, Tokenizer tokenizer, const EngineOpti
   thread_ = std::thread([this] { loop(); });
 }
 
-Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
+Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }  // after in_flight_'s type is complete
 
 void Engine::validate(const GenerationRequest& r) const {
   const auto reject = [](RejectReason reason, const std::string& message) { throw RequestRejected(reason, message); };
@@ -200,6 +202,7 @@ void Engine::loop() {
         std::vector<RequestId> ids;
         for (const auto& [id, live] : live_) ids.push_back(id);
         for (RequestId id : ids) end_request(id, FinishReason::kCancelled);
+        drop_in_flight();
         core_->scheduler.check_integrity();
         publish_metrics();
         flush_outbox();
@@ -208,7 +211,7 @@ void Engine::loop() {
         idle_.notify_all();
         return;
       }
-      if (core_->scheduler.idle()) {
+      if (core_->scheduler.idle() && in_flight_ == nullptr) {
         core_->scheduler.check_integrity();
         publish_metrics();
         flush_outbox();
@@ -229,6 +232,7 @@ void Engine::loop() {
       std::fprintf(stderr, "nibble engine: step failed: %s\n", e.what());
       fail_all(e.what());
       try {
+        drop_in_flight();
         core_->scheduler.check_integrity();
       } catch (const std::exception& broken) {
         std::fprintf(stderr, "nibble engine: state corrupt, stopping: %s\n", broken.what());
@@ -244,6 +248,11 @@ void Engine::loop() {
       flush_outbox();
     }
   }
+}
+
+void Engine::drop_in_flight() {
+  in_flight_.reset();
+  core_->scheduler.drop_plans();  // every request has ended: nothing waits for these plans' tokens
 }
 
 void Engine::take_handovers() {
@@ -276,92 +285,155 @@ void Engine::take_handovers() {
   }
 }
 
+// A step whose forward pass is launched and whose tokens are drawn, or being drawn, on the device:
+// its plan, the backend's steps and sampling requests (built when its draws are launched).
+struct Engine::InFlight {
+  scheduler::StepPlan plan;
+  std::vector<backend::SequenceStep> steps;  // spans into plan
+  backend::Tensor logits;                    // [steps.size(), vocab] on the backend, until the next step
+  std::vector<backend::SampleRequest> requests;
+};
+
 void Engine::run_step() {
   scheduler::Scheduler& sched = core_->scheduler;
-  const scheduler::StepPlan plan = sched.step();
-  if (plan.empty()) {
-    // Not idle but nothing can run this step (should not happen: every accepted request fits the
-    // pool alone). Yield instead of spinning.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (in_flight_ == nullptr) {
+    scheduler::StepPlan plan = sched.step();
+    if (plan.empty()) {
+      // Not idle but nothing can run this step (should not happen: every accepted request fits the
+      // pool alone). Yield instead of spinning.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;
+    }
+    std::unique_ptr<InFlight> step = prepare(std::move(plan));
+    if (std::any_of(step->steps.begin(), step->steps.end(), [](const auto& s) { return s.all_logits; })) {
+      run_with_host_logits(*step);  // prompt scoring: logits come back, nothing stays in flight
+      return;
+    }
+    launch_forward(*step);
+    launch_draws(*step);
+    in_flight_ = std::move(step);
     return;
   }
-  // The scheduler's plan as the backend's steps: its page tables and tokens, positions as planned.
-  std::vector<backend::SequenceStep> steps;
-  std::vector<Live*> lives;
-  steps.reserve(plan.sequences.size());
-  for (const scheduler::ScheduledSequence& seq : plan.sequences) {
-    Live& live = *live_.at(seq.request_id);
-    const int64_t prompt = static_cast<int64_t>(live.request.prompt.size());
-    const bool all_logits = live.request.prompt_logprobs && seq.first_position < prompt - 1;
-    steps.push_back({.first_position = seq.first_position,
-                     .tokens = seq.input_tokens,
-                     .pages = seq.page_table,
-                     .all_logits = all_logits});
-    lives.push_back(&live);
+  // A step is in flight: plan the next one and launch its forward pass before reading this one's
+  // tokens, so that the device runs it while the host handles them (the overlap). Its tokens are
+  // drawn once this step's are handled (the requests' draw counts and logprob choices are known then).
+  std::unique_ptr<InFlight> next;
+  if (options_.overlap) {
+    scheduler::StepPlan ahead = sched.step_ahead();
+    if (!ahead.empty()) {
+      next = prepare(std::move(ahead));
+      launch_forward(*next);
+      ++working_.overlapped_steps;
+    }
   }
-  // Every token is drawn by Backend::sample's rule (Philox(seed, draw), draw = tokens sampled so
-  // far), so a request's stream does not depend on which path its steps take. When no sequence of
-  // the step needs host logits (prompt scoring rows), the logits stay on the device; the sampled
-  // token's logprob and its top_logprobs alternatives come back from Backend::sample.
+  std::unique_ptr<InFlight> done = std::move(in_flight_);
+  std::vector<backend::SampledToken> drawn(done->steps.size());
+  model_.transformer().backend().sample_wait(drawn);
+  finish_step(done->plan, drawn, {});
+  if (next != nullptr) {
+    launch_draws(*next);
+    in_flight_ = std::move(next);
+  }
+}
+
+std::unique_ptr<Engine::InFlight> Engine::prepare(scheduler::StepPlan plan) {
+  auto step = std::make_unique<InFlight>();
+  step->plan = std::move(plan);
+  step->steps.reserve(step->plan.sequences.size());
+  for (const scheduler::ScheduledSequence& seq : step->plan.sequences) {
+    const Live& live = *live_.at(seq.request_id);
+    const int64_t prompt = static_cast<int64_t>(live.request.prompt.size());
+    step->steps.push_back({.first_position = seq.first_position,
+                           .tokens = seq.input_tokens,
+                           .pages = seq.page_table,
+                           .all_logits = live.request.prompt_logprobs && seq.first_position < prompt - 1,
+                           .fed_row = seq.fed_row});
+  }
+  return step;
+}
+
+void Engine::launch_forward(InFlight& step) {
+  step.logits = runtime::launch_forward_step(model_, core_->pool, options_.rotation, step.steps,
+                                             options_.nvfp4_scale_rule);
+}
+
+// Every token is drawn by Backend::sample's rule (Philox(seed, draw), draw = tokens sampled so far),
+// so a request's stream does not depend on which path its steps take. The sampled token's logprob
+// and its top_logprobs alternatives come back with it.
+std::vector<backend::SampleRequest> Engine::sample_requests(const scheduler::StepPlan& plan) const {
   std::vector<backend::SampleRequest> requests;
-  bool host_logits = false;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const GenerationRequest& r = lives[i]->request;
+  for (const scheduler::ScheduledSequence& seq : plan.sequences) {
+    const auto it = live_.find(seq.request_id);
+    if (it == live_.end()) {  // ended while its step was in flight: a draw nobody reads
+      requests.push_back({});
+      continue;
+    }
+    const GenerationRequest& r = it->second->request;
     const sampling::SamplingParams& p = r.sampling;
     requests.push_back({.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p,
-                        .seed = p.seed, .draw = lives[i]->draws,
+                        .seed = p.seed, .draw = it->second->draws,
                         .top_logprobs = r.logprobs ? static_cast<int32_t>(r.top_logprobs) : 0});
-    host_logits = host_logits || steps[i].all_logits;
   }
-  std::vector<float> logits;
-  std::vector<backend::SampledToken> drawn;
-  if (host_logits) {
-    logits = runtime::run_forward_step(model_, core_->pool, options_.rotation, steps, options_.nvfp4_scale_rule);
-  } else {
-    drawn = runtime::run_forward_step_sampled(model_, core_->pool, options_.rotation, steps, requests,
-                                              options_.nvfp4_scale_rule);
-  }
+  return requests;
+}
 
+void Engine::launch_draws(InFlight& step) {
+  step.requests = sample_requests(step.plan);
+  model_.transformer().backend().sample_launch(step.logits, step.requests);
+}
+
+void Engine::run_with_host_logits(InFlight& step) {
+  const std::vector<float> logits =
+      runtime::run_forward_step(model_, core_->pool, options_.rotation, step.steps, options_.nvfp4_scale_rule);
+  step.requests = sample_requests(step.plan);
+  finish_step(step.plan, {}, logits, step.requests);
+}
+
+void Engine::finish_step(const scheduler::StepPlan& plan, std::span<const backend::SampledToken> drawn,
+                         std::span<const float> logits, std::span<const backend::SampleRequest> host_requests) {
+  scheduler::Scheduler& sched = core_->scheduler;
+  const bool host_logits = !logits.empty();
   std::vector<int32_t> sampled;
   int64_t row = 0;  // logits row of the current sequence's first returned position
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const backend::SequenceStep& step = steps[i];
-    Live& live = *lives[i];
-    const int64_t n = static_cast<int64_t>(step.tokens.size());
-    const int64_t rows = step.all_logits ? n : 1;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const scheduler::ScheduledSequence& seq = plan.sequences[i];
+    const auto it = live_.find(seq.request_id);
+    Live* live = it == live_.end() ? nullptr : it->second.get();  // null: ended while in flight
+    const int64_t n = seq.num_new_tokens;
+    const bool all_logits = host_logits && live != nullptr && live->request.prompt_logprobs &&
+                            seq.first_position < static_cast<int64_t>(live->request.prompt.size()) - 1;
+    const int64_t rows = all_logits ? n : 1;
     NIBBLE_ASSERT(!host_logits || static_cast<int64_t>(logits.size()) >= (row + rows) * vocab_size_);
-    const auto row_span = [&](int64_t r) {
-      return std::span<const float>(logits).subspan(static_cast<size_t>(r * vocab_size_), vocab_size_);
-    };
-    if (step.all_logits) {
+    const auto row_span = [&](int64_t r) { return logits.subspan(static_cast<size_t>(r * vocab_size_), vocab_size_); };
+    if (all_logits) {
       // Row j holds the logits after position first_position + j: they score the next prompt token.
-      const std::vector<int32_t>& prompt = live.request.prompt;
+      const std::vector<int32_t>& prompt = live->request.prompt;
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t next = step.first_position + j + 1;
-        if (next < static_cast<int64_t>(prompt.size()) && !live.prompt_logprobs[next]) {
-          live.prompt_logprobs[next] = token_logprob(row_span(row + j), prompt[next], live.request.top_logprobs);
+        const int64_t next = seq.first_position + j + 1;
+        if (next < static_cast<int64_t>(prompt.size()) && !live->prompt_logprobs[next]) {
+          live->prompt_logprobs[next] = token_logprob(row_span(row + j), prompt[next], live->request.top_logprobs);
         }
       }
     }
-    if (plan.sequences[i].samples) {
-      int32_t token = 0;  // max_tokens 0: nothing is generated, the scheduler ignores the value
-      if (live.request.max_tokens > 0) {
+    if (seq.samples) {
+      int32_t token = 0;  // max_tokens 0, or a request already ended: the scheduler ignores the value
+      if (live != nullptr && live->request.max_tokens > 0) {
         if (host_logits) {
           const std::span<const float> last = row_span(row + rows - 1);
-          const backend::SampledToken t = runtime::sample_host_logits(last, vocab_size_, {&requests[i], 1})[0];
+          const backend::SampledToken t = runtime::sample_host_logits(last, vocab_size_, host_requests.subspan(i, 1))[0];
           token = t.id;
-          if (live.request.logprobs) live.sampled_logprob = token_logprob(last, token, live.request.top_logprobs);
+          if (live->request.logprobs) live->sampled_logprob = token_logprob(last, token, live->request.top_logprobs);
         } else {
           token = drawn[i].id;
-          if (live.request.logprobs) {
+          if (live->request.logprobs) {
             TokenLogprob lp{.token = token, .logprob = drawn[i].logprob};
             for (int32_t j = 0; j < drawn[i].num_top; ++j) {
               lp.top.push_back({.token = drawn[i].top[j].id, .logprob = drawn[i].top[j].logprob});
             }
-            live.sampled_logprob = std::move(lp);
+            live->sampled_logprob = std::move(lp);
           }
         }
-        ++live.draws;
+        ++live->draws;
       }
       sampled.push_back(token);
     }

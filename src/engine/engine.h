@@ -3,11 +3,16 @@
 // cache, the scheduler and one engine thread that repeats
 //   1. take new requests and cancellations handed over by other threads;
 //   2. plan = scheduler.step()                  (check_integrity() runs there whenever idle)
-//   3. logits = the model over the plan          (runtime::run_forward_step on the scheduler's pages)
-//   4. sample one token per finishing sequence   (each request's own seeded Sampler), logprobs
-//   5. scheduler.update(tokens)                  (EOS ids, max_tokens)
-//   6. detokenize, match stop strings (scheduler.finish on a match), push events to each request's
+//   3. the model over the plan, one token drawn on the backend per finishing sequence (Philox per
+//      request), logprobs; logits come to the host only for prompt scoring
+//   4. scheduler.update(tokens)                  (EOS ids, max_tokens)
+//   5. detokenize, match stop strings (scheduler.finish on a match), push events to each request's
 //      RequestStream.
+// Overlapped (EngineOptions::overlap, the default): once a step's forward pass and draws are
+// launched, the next step is planned (Scheduler::step_ahead) and launched, its inputs the tokens
+// still being drawn (fed on the device), before 4 and 5 run for the first; so the device does not
+// wait for the host between steps. A request that stops on a token has then computed one position
+// more, whose result is dropped.
 // Everything but submit/cancel/metrics/shutdown runs on the engine thread; the scheduler, cache
 // and pool are touched by nothing else.
 //
@@ -21,6 +26,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -31,7 +37,9 @@
 #include "engine/metrics.h"
 #include "engine/request_stream.h"
 #include "quant/kv_format.h"
+#include "backend/backend.h"
 #include "runtime/loaded_model.h"
+#include "scheduler/step_plan.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,6 +56,7 @@ struct EngineOptions {
   bool prefix_cache = true;
   cache::KvGlobalScales global_scales{};  // per-layer K/V g (from --kv-scales); empty = 1.0
   quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;  // 4-over-6: CPU only
+  bool overlap = true;  // plan and launch the next step before handling this one's tokens (file comment)
 };
 
 struct GenerationRequest {
@@ -115,6 +124,7 @@ class Engine {
  private:
   struct Live;      // a request the engine thread is serving
   struct Core;      // pool + cache + scheduler, engine thread only
+  struct InFlight;  // a launched step whose tokens are not handled yet
   struct Incoming {
     std::shared_ptr<RequestStream> stream;
     GenerationRequest request;
@@ -125,6 +135,18 @@ class Engine {
   void loop();
   void take_handovers();
   void run_step();
+  // The steps of run_step(): the backend's view of a plan; its forward pass launched; its draws
+  // launched (the requests' draw counts as they are now); a prompt-scoring step run to the end;
+  // the tokens (drawn, or sampled from host logits) handed to the scheduler and the streams.
+  std::unique_ptr<InFlight> prepare(scheduler::StepPlan plan);
+  void launch_forward(InFlight& step);
+  std::vector<backend::SampleRequest> sample_requests(const scheduler::StepPlan& plan) const;
+  void launch_draws(InFlight& step);
+  void run_with_host_logits(InFlight& step);
+  void finish_step(const scheduler::StepPlan& plan, std::span<const backend::SampledToken> drawn,
+                   std::span<const float> logits, std::span<const backend::SampleRequest> host_requests = {});
+  // After every request ended: forgets the step in flight and the scheduler's plans.
+  void drop_in_flight();
   void deliver(Live& live, EngineEvent event);
   void end_request(RequestId id, FinishReason reason, const std::string& error = {});
   void fail_all(const std::string& message);
@@ -138,6 +160,7 @@ class Engine {
   int64_t vocab_size_ = 0;
   std::vector<int32_t> eos_ids_;
   std::unique_ptr<Core> core_;
+  std::unique_ptr<InFlight> in_flight_;  // engine thread only
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
   std::vector<std::pair<std::shared_ptr<RequestStream>, EngineEvent>> outbox_;  // engine thread only
 

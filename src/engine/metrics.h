@@ -47,6 +47,7 @@ struct EngineMetrics {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t steps = 0;
+  int64_t overlapped_steps = 0;      // steps planned and launched while the previous one's tokens were drawn
   Histogram time_to_first_token{ttft_buckets_seconds()};
   Histogram inter_token_latency{itl_buckets_seconds()};
 };

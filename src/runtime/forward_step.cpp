@@ -181,13 +181,15 @@ std::vector<backend::SampledToken> run_forward_step_sampled(LoadedModel& model, 
   return run_forward_step_sampled(model.transformer(), pool, rotation, steps, requests, nvfp4_scale_rule);
 }
 
-std::vector<backend::SampledToken> run_forward_step_sampled(model::Transformer& transformer, cache::KvPool& pool,
-                                                            quant::Rotation rotation,
-                                                            std::span<const backend::SequenceStep> steps,
-                                                            std::span<const backend::SampleRequest> requests,
-                                                            quant::Nvfp4ScaleRule nvfp4_scale_rule) {
-  NIBBLE_CHECK(requests.size() == steps.size(), "sampled step: {} sample requests for {} sequences", requests.size(),
-               steps.size());
+backend::Tensor launch_forward_step(LoadedModel& model, cache::KvPool& pool, quant::Rotation rotation,
+                                    std::span<const backend::SequenceStep> steps,
+                                    quant::Nvfp4ScaleRule nvfp4_scale_rule) {
+  return launch_forward_step(model.transformer(), pool, rotation, steps, nvfp4_scale_rule);
+}
+
+backend::Tensor launch_forward_step(model::Transformer& transformer, cache::KvPool& pool, quant::Rotation rotation,
+                                    std::span<const backend::SequenceStep> steps,
+                                    quant::Nvfp4ScaleRule nvfp4_scale_rule) {
   for (size_t i = 0; i < steps.size(); ++i) {
     NIBBLE_CHECK(!steps[i].all_logits,
                  "sampled step: sequence {} asks for all its logits; on-device sampling returns only token ids "
@@ -198,8 +200,19 @@ std::vector<backend::SampledToken> run_forward_step_sampled(model::Transformer& 
   const backend::Tensor out = forward_step_on_device(transformer, pool, rotation, steps, nvfp4_scale_rule, real_rows);
   NIBBLE_ASSERT(real_rows == static_cast<int64_t>(steps.size()));
   // One row per sequence, in order; the padding rows (after them) are not sampled.
+  return {out.data, real_rows, out.cols};
+}
+
+std::vector<backend::SampledToken> run_forward_step_sampled(model::Transformer& transformer, cache::KvPool& pool,
+                                                            quant::Rotation rotation,
+                                                            std::span<const backend::SequenceStep> steps,
+                                                            std::span<const backend::SampleRequest> requests,
+                                                            quant::Nvfp4ScaleRule nvfp4_scale_rule) {
+  NIBBLE_CHECK(requests.size() == steps.size(), "sampled step: {} sample requests for {} sequences", requests.size(),
+               steps.size());
+  const backend::Tensor logits = launch_forward_step(transformer, pool, rotation, steps, nvfp4_scale_rule);
   std::vector<backend::SampledToken> tokens(steps.size());
-  transformer.backend().sample({out.data, real_rows, out.cols}, requests, tokens);
+  transformer.backend().sample(logits, requests, tokens);
   return tokens;
 }
 

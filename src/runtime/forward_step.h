@@ -76,6 +76,20 @@ std::vector<backend::SampledToken> run_forward_step_sampled(
     std::span<const backend::SequenceStep> steps, std::span<const backend::SampleRequest> requests,
     quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6);
 
+// The first half of run_forward_step_sampled, for a caller that launches this step, then does
+// other work (reads the previous step's tokens), then draws this step's tokens with
+// Backend::sample_launch / sample_wait: runs the forward pass over `steps` (fed tokens,
+// SequenceStep::fed_row, resolved by the backend from its last sample_launch) and returns the
+// logits rows of steps' own sequences, one each, in the backend's memory: [steps.size(), vocab],
+// valid until the next forward step. On a backend with a device queue nothing waits for it. Throws
+// nibble::Error as run_forward_step_sampled does for a sequence asking for all its logits.
+backend::Tensor launch_forward_step(model::Transformer& transformer, cache::KvPool& pool, quant::Rotation rotation,
+                                    std::span<const backend::SequenceStep> steps,
+                                    quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6);
+backend::Tensor launch_forward_step(LoadedModel& model, cache::KvPool& pool, quant::Rotation rotation,
+                                    std::span<const backend::SequenceStep> steps,
+                                    quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6);
+
 // The same rule as Backend::sample (the CPU backend's implementation: float64, Philox(seed, draw)) on
 // host logits rows [requests.size(), vocab]: for a caller that needed host logits this step but wants
 // a request's draws to follow the one Philox stream whichever path its steps take. The CUDA sampler

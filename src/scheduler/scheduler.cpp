@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "common/error.h"
 
@@ -30,7 +31,8 @@ struct Scheduler::Sequence {
   cache::RadixHandle lock;
   int64_t cached_prompt_tokens = -1;  // set at first admission
   bool running = false;
-  bool scheduled = false;  // in the plan being built
+  bool scheduled = false;    // in the plan being built
+  bool provisional = false;  // tokens.back() is kProvisionalToken: the oldest awaiting plan's draw
 };
 
 Scheduler::Scheduler(cache::PageAllocator& allocator, cache::RadixCache& cache, SchedulerConfig config)
@@ -158,7 +160,7 @@ bool Scheduler::try_admit(Sequence& seq, int64_t budget, StepPlan& plan) {
 }
 
 StepPlan Scheduler::step() {
-  NIBBLE_CHECK(!awaiting_update_, "scheduler: step() called again before update() answered the last plan");
+  NIBBLE_CHECK(outstanding_.empty(), "scheduler: step() called again before update() answered the last plan");
   StepPlan plan;
   pending_.clear();
   if (idle()) {
@@ -210,20 +212,80 @@ StepPlan Scheduler::step() {
     waiting_.pop_front();
     budget -= plan.sequences.back().num_new_tokens;
   }
-  awaiting_update_ = !plan.empty();
+  if (!plan.empty()) outstanding_.push_back(std::move(pending_));
+  pending_.clear();
   return plan;
 }
 
+StepPlan Scheduler::step_ahead() {
+  NIBBLE_CHECK(outstanding_.size() == 1, "scheduler: step_ahead() needs exactly one plan awaiting update(), {} do",
+               outstanding_.size());
+  StepPlan plan;
+  // The awaiting plan's sampling rows, by request: the order its draws come back in.
+  std::unordered_map<RequestId, int32_t> sample_row;
+  int32_t rows = 0;
+  for (const Pending& p : outstanding_.front()) {
+    if (p.samples) sample_row.emplace(p.id, rows++);
+  }
+  // The steady state only: every running request sampled in that plan, so each continues with
+  // exactly the token being drawn (a prompt still in chunks, or a request the budget left out,
+  // waits for update()). One sure to stop on that draw (max_tokens) is not continued.
+  std::vector<Sequence*> continuing;
+  for (Sequence* seq : running_) {
+    if (!sample_row.count(seq->request.id)) return plan;
+    if (seq->request.max_tokens > 0 && static_cast<int64_t>(seq->output.size()) + 1 < seq->request.max_tokens) {
+      continuing.push_back(seq);
+    }
+  }
+  int64_t pages = 0;
+  for (const Sequence* seq : continuing) pages += pages_for(*seq, 1);
+  if (!make_free(pages)) return plan;  // would need a preemption: not ahead of the draws
+
+  pending_.clear();
+  for (Sequence* seq : running_) seq->scheduled = false;
+  int64_t budget = config_.max_batch_tokens;
+  for (Sequence* seq : continuing) {
+    if (budget == 0) break;
+    seq->tokens.push_back(kProvisionalToken);
+    seq->provisional = true;
+    schedule(*seq, 1, plan);
+    plan.sequences.back().fed_row = sample_row.at(seq->request.id);
+    --budget;
+  }
+  // Admissions, FIFO as in step(). A request that scores its prompt stops them: its step returns
+  // logits to the host, which a step planned ahead does not.
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_running) {
+    Sequence& seq = *waiting_.front();
+    if (seq.request.compute_whole_prompt || !try_admit(seq, budget, plan)) break;
+    waiting_.pop_front();
+    budget -= plan.sequences.back().num_new_tokens;
+  }
+  if (!plan.empty()) {
+    ++stats_.steps;
+    outstanding_.push_back(std::move(pending_));
+  }
+  pending_.clear();
+  return plan;
+}
+
+void Scheduler::drop_plans() {
+  NIBBLE_CHECK(idle(), "scheduler: drop_plans() with {} requests live; cancel them first", sequences_.size());
+  outstanding_.clear();
+  pending_.clear();
+}
+
 std::vector<TokenEvent> Scheduler::update(std::span<const TokenId> sampled_tokens) {
-  NIBBLE_CHECK(awaiting_update_, "scheduler: update() without a plan from step()");
-  const int64_t expected = std::count_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.samples; });
+  NIBBLE_CHECK(!outstanding_.empty(), "scheduler: update() without a plan from step()");
+  const std::vector<Pending>& plan = outstanding_.front();
+  const int64_t expected = std::count_if(plan.begin(), plan.end(), [](const Pending& p) { return p.samples; });
   NIBBLE_CHECK(static_cast<int64_t>(sampled_tokens.size()) == expected,
                "scheduler: update() needs {} sampled tokens (one per sampling sequence), got {}", expected,
                sampled_tokens.size());
-  awaiting_update_ = false;
+  const std::vector<Pending> answered = std::move(outstanding_.front());
+  outstanding_.pop_front();
   std::vector<TokenEvent> events;
   size_t next_token = 0;
-  for (const Pending& pending : pending_) {
+  for (const Pending& pending : answered) {
     const TokenId token = pending.samples ? sampled_tokens[next_token++] : -1;
     auto it = sequences_.find(pending.id);
     if (it == sequences_.end() || !it->second->running) continue;  // cancelled or finished meanwhile
@@ -234,7 +296,12 @@ std::vector<TokenEvent> Scheduler::update(std::span<const TokenId> sampled_token
         event.finish = FinishReason::kLength;
       } else {
         event.token = token;
-        seq.tokens.push_back(token);
+        if (seq.provisional) {  // a plan made ahead already computes this position
+          seq.tokens.back() = token;
+          seq.provisional = false;
+        } else {
+          seq.tokens.push_back(token);
+        }
         seq.output.push_back(token);
         ++stats_.generated_tokens;
         const auto& stops = seq.request.stop_ids;
@@ -253,7 +320,6 @@ std::vector<TokenEvent> Scheduler::update(std::span<const TokenId> sampled_token
     }
     if (pending.prefill && config_.cache_after_prefill) cache_prefix(seq);
   }
-  pending_.clear();
   return events;
 }
 

@@ -16,6 +16,16 @@
 //   cancel() / finish() at any time (between step() and update() too): everything the request
 //   holds is released (finish() first caches its computed prefix).
 //
+// Planning one step ahead (the engine's overlap of host work with the device): while one plan
+// awaits its update(), step_ahead() may plan the next one, in the steady state where every running
+// request sampled in that plan: each continues with one decode whose input is the token still being
+// drawn (ScheduledSequence::fed_row; a kProvisionalToken stands in its tokens until update() puts
+// the drawn one there), plus admissions. A request that then finishes on that token (a stop id, a
+// stop string, a cancel) has computed one position too many: that step's draw for it is dropped by
+// update(), its pages were released in between (the device queue runs the step before any later
+// one that may reuse them). step_ahead() never preempts and never plans a request that is sure to
+// stop (max_tokens reached); when it cannot plan it returns an empty plan and changes nothing.
+//
 // No starvation: admission is strictly FIFO (the queue front blocks those behind it), preemption
 // takes the newest, and the oldest running request can always progress by preempting the rest,
 // because submit() only accepts requests whose pages fit the whole pool.
@@ -70,9 +80,19 @@ class Scheduler {
   // answered with update(). When idle (nothing running or waiting) it runs check_integrity().
   StepPlan step();
 
-  // One sampled token per sequence of the last plan with `samples`, in plan order
-  // (plan.num_sampled of them). Returns one event per sampled sequence still live.
+  // With exactly one plan awaiting update(): the next plan, made before that update (file comment).
+  // Empty when the state is not the steady one, no page can be had without preempting, or nothing
+  // would run. Throws nibble::Error when not exactly one plan awaits its update.
+  StepPlan step_ahead();
+
+  // One sampled token per sequence of the oldest plan still awaiting update() with `samples`, in
+  // plan order (plan.num_sampled of them). Returns one event per sampled sequence still live.
   std::vector<TokenEvent> update(std::span<const TokenId> sampled_tokens);
+
+  // Forgets the plans awaiting update() (their steps failed). Throws nibble::Error unless every
+  // request has been cancelled first (idle()), so nothing holds a provisional token.
+  void drop_plans();
+  int64_t plans_awaiting_update() const { return static_cast<int64_t>(outstanding_.size()); }
 
   // Both return false for an unknown (or already finished) id.
   bool cancel(RequestId id);                                     // releases everything, caches nothing
@@ -116,14 +136,14 @@ class Scheduler {
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> sequences_;  // every live request
   std::deque<Sequence*> waiting_;   // by arrival; front admitted first
   std::vector<Sequence*> running_;  // by arrival; back is the newest (preempted first)
-  // The last plan's sequences, kept for update(): id, whether it samples, whether it was prefill.
+  // A plan's sequences, kept for update(): id, whether it samples, whether it was prefill.
   struct Pending {
     RequestId id;
     bool samples;
     bool prefill;
   };
-  std::vector<Pending> pending_;
-  bool awaiting_update_ = false;
+  std::vector<Pending> pending_;                  // of the plan being built
+  std::deque<std::vector<Pending>> outstanding_;  // plans awaiting update(), oldest first (at most 2)
   SchedulerStats stats_;
 };
 

@@ -9,6 +9,9 @@
 
 namespace nibble::scheduler {
 
+// The stand-in for a token still being drawn (ScheduledSequence::fed_row), never a real id.
+inline constexpr TokenId kProvisionalToken = -1;
+
 struct ScheduledSequence {
   RequestId request_id = 0;
   int64_t first_position = 0;   // position of input_tokens[0]; KV of [0, first_position) is in the pages
@@ -16,6 +19,10 @@ struct ScheduledSequence {
   int64_t context_tokens = 0;   // first_position + num_new_tokens: KV positions valid after this step
   bool samples = false;         // the last new position's logits are sampled (the sequence caught up)
   std::vector<TokenId> input_tokens;  // [num_new_tokens], token ids at positions first_position...
+  // >= 0 in a plan made by Scheduler::step_ahead(): the one input token is the one being drawn for
+  // the previous plan's sampling row fed_row (input_tokens holds kProvisionalToken); the runner has
+  // the backend read it where it was drawn (backend::SequenceStep::fed_row).
+  int32_t fed_row = -1;
   // [ceil(context_tokens / page_size)]: the page-table row; position p lives in page_table[p / page_size]
   // at slot p % page_size. Pages before first_position / page_size may be shared (prefix cache) and
   // are only read; the step writes positions [first_position, context_tokens).

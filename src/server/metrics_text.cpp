@@ -70,6 +70,8 @@ std::string metrics_text(const engine::EngineMetrics& m, const std::string& mode
   counter("nibble_generation_tokens_total", "Tokens generated.", m.generated_tokens);
   counter("nibble_preemptions_total", "Requests preempted for lack of KV pages.", m.preemptions);
   counter("nibble_engine_steps_total", "Engine steps run.", m.steps);
+  counter("nibble_engine_overlapped_steps_total",
+          "Engine steps launched while the previous step's tokens were still being drawn.", m.overlapped_steps);
   histogram(out, "nibble_time_to_first_token_seconds", "Time from submission to the first generated token.", labels,
             m.time_to_first_token);
   histogram(out, "nibble_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.",

@@ -63,7 +63,33 @@ Vector CpuBackend::upload_vector(const float* host_data, int64_t size, std::uniq
   return {host_data, size};
 }
 
-std::unique_ptr<PlannedStep> CpuBackend::plan(const StepPlan& plan) { return std::make_unique<PlannedStep>(plan); }
+std::unique_ptr<PlannedStep> CpuBackend::plan(const StepPlan& plan) {
+  if (!plan.has_fed_tokens()) return std::make_unique<PlannedStep>(plan);
+  StepPlan resolved = plan;
+  for (size_t t = 0; t < resolved.fed_rows.size(); ++t) {
+    const int32_t row = resolved.fed_rows[t];
+    if (row < 0) continue;
+    NIBBLE_CHECK(launched_valid_ && row < static_cast<int32_t>(launched_.size()),
+                 "plan: token {} is fed from sample row {}, but the last sample_launch drew {} rows", t, row,
+                 launched_valid_ ? launched_.size() : 0);
+    resolved.token_ids[t] = launched_[static_cast<size_t>(row)].id;
+  }
+  return std::make_unique<PlannedStep>(std::move(resolved));
+}
+
+void CpuBackend::sample_launch(Tensor logits, std::span<const SampleRequest> requests) {
+  launched_valid_ = false;
+  launched_.assign(requests.size(), SampledToken{});
+  sample(logits, requests, launched_);
+  launched_valid_ = true;
+}
+
+void CpuBackend::sample_wait(std::span<SampledToken> out) {
+  NIBBLE_CHECK(launched_valid_, "sample_wait: no sample_launch to wait for");
+  NIBBLE_CHECK(out.size() == launched_.size(), "sample_wait: {} outputs for {} launched rows", out.size(),
+               launched_.size());
+  std::copy(launched_.begin(), launched_.end(), out.begin());
+}
 
 void CpuBackend::embedding(const PlannedStep& step, const Matrix& table, Tensor out) {
   const StepPlan& plan = step.host();

@@ -2,6 +2,7 @@
 // The CPU backend: the float32 oracle. Matrix products through OpenBLAS (cblas_sgemm), the other
 // ops on a small thread pool owned by the backend. Weights are borrowed from host memory.
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/thread_pool.h"
@@ -40,11 +41,16 @@ class CpuBackend final : public Backend {
                  Tensor q, Tensor k, Tensor v, Tensor out) override;
   // cpu_sampling.cpp: sampling::greedy, or sampling::filtered_distribution walked in id order.
   void sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) override;
+  // The draws are made at once and held until sample_wait(); plan() reads their ids for fed tokens.
+  void sample_launch(Tensor logits, std::span<const SampleRequest> requests) override;
+  void sample_wait(std::span<SampledToken> out) override;
 
   ThreadPool& pool() { return pool_; }
 
  private:
   ThreadPool pool_;
+  std::vector<SampledToken> launched_;  // the last sample_launch()'s draws
+  bool launched_valid_ = false;         // launched_ holds draws (sample_launch ran and did not throw)
 };
 
 // Attention on the CPU (cpu_attention.cpp), exposed for the backend and its tests.

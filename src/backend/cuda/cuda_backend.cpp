@@ -4,6 +4,7 @@
 #include "backend/validate.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -188,6 +189,7 @@ std::unique_ptr<PlannedStep> CudaBackend::plan(const StepPlan& plan) {
                           step->num_chunk_work() == 0 && graph_batch_bucket(plan.num_seqs()) > 0;
   if (!graph_step) {
     step->bind_owned(stream_);
+    resolve_fed_tokens(*step);
     ++graph_stats_.eager_steps;
     return step;
   }
@@ -200,6 +202,7 @@ std::unique_ptr<PlannedStep> CudaBackend::plan(const StepPlan& plan) {
                      .max_splits = split ? split->max_splits : 0};
   GraphEntry& entry = graphs_.find_or_add(key, stream_);
   step->bind(entry.memory, stream_);  // inputs into the entry's fixed buffers, outside any graph
+  resolve_fed_tokens(*step);
   if (entry.exec != nullptr) {
     recorder_.begin(entry, GraphMode::kReplay, stream_);
   } else if (++entry.seen >= 2) {  // the first time runs eagerly: every launcher is warmed up
@@ -225,10 +228,34 @@ int64_t CudaBackend::decode_batch_bucket(int64_t num_seqs) const {
   return bucket > 0 ? bucket : num_seqs;
 }
 
-void CudaBackend::sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) {
-  end_graph_section();
-  cuda::sample_rows(logits, requests, out, sampling_, stream_);
+void CudaBackend::resolve_fed_tokens(const CudaPlannedStep& step) {
+  const StepPlan& plan = step.host();
+  if (!plan.has_fed_tokens()) return;
+  const int32_t max_row = *std::max_element(plan.fed_rows.begin(), plan.fed_rows.end());
+  NIBBLE_CHECK(max_row < sampling_.launched_rows, "plan: a token is fed from sample row {}, but the last "
+               "sample_launch drew {} rows", max_row, std::max<int64_t>(sampling_.launched_rows, 0));
+  static_assert(sizeof(cuda::DeviceSampleResult) % sizeof(int32_t) == 0 && offsetof(cuda::DeviceSampleResult, id) == 0);
+  cuda::resolve_fed_tokens({.token_ids = step.mutable_token_ids(),
+                            .fed_rows = step.fed_rows(),
+                            .ids = &sampling_.results()->id,
+                            .id_stride = sizeof(cuda::DeviceSampleResult) / sizeof(int32_t),
+                            .n = plan.total_tokens},
+                           stream_);
 }
+
+void CudaBackend::sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) {
+  NIBBLE_CHECK(out.size() == requests.size(), "sample: {} requests, {} outputs: expected equal counts",
+               requests.size(), out.size());
+  sample_launch(logits, requests);
+  sample_wait(out);
+}
+
+void CudaBackend::sample_launch(Tensor logits, std::span<const SampleRequest> requests) {
+  end_graph_section();
+  cuda::launch_sample_rows(logits, requests, sampling_, stream_);
+}
+
+void CudaBackend::sample_wait(std::span<SampledToken> out) { cuda::wait_sample_rows(out, sampling_); }
 
 void CudaBackend::reserve_bf16_scratch(int64_t elements) {
   if (elements <= bf16_scratch_elements_) return;

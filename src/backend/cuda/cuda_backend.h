@@ -68,6 +68,10 @@ class CudaBackend final : public Backend {
   // The graph bucket (cuda_graph.h) when graphs are on, else num_seqs.
   int64_t decode_batch_bucket(int64_t num_seqs) const override;
   void sample(Tensor logits, std::span<const SampleRequest> requests, std::span<SampledToken> out) override;
+  // The draws' ids stay on the device (the sampler's results) for the next plan's fed tokens;
+  // sample_wait() waits for their copy back only, not for work queued after it.
+  void sample_launch(Tensor logits, std::span<const SampleRequest> requests) override;
+  void sample_wait(std::span<SampledToken> out) override;
 
   void embedding(const PlannedStep& step, const Matrix& table, Tensor out) override;
   void rms_norm(Tensor x, const Vector& weight, float eps, Tensor out) override;
@@ -128,6 +132,9 @@ class CudaBackend final : public Backend {
   void record_gemv(cuda::GemvParams p);
   // Checks a fused product's InputNorm (when not null) and sets p's norm fields.
   static void apply_input_norm(const char* op, Tensor x, const InputNorm* norm, cuda::GemvParams& p);
+  // Writes the plan's fed tokens into the bound step's token ids, from the sampler's results on the
+  // device (stream-ordered after the last sample_launch). Throws nibble::Error for a row it did not draw.
+  void resolve_fed_tokens(const CudaPlannedStep& step);
   // Ends a graph section (cuda_graph.h) before a call that cannot be captured.
   void end_graph_section();
   // Whether prefill sequences run on the tensor-core prefill_attention (the rule in the file comment).

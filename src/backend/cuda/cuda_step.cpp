@@ -88,6 +88,7 @@ CudaPlannedStep::CudaPlannedStep(const StepPlan& plan, const AttentionGeometry* 
   };
   append(offsets_.page_tables, plan.page_tables);
   append(offsets_.token_ids, plan.token_ids);
+  append(offsets_.fed_rows, plan.has_fed_tokens() ? plan.fed_rows : std::vector<int32_t>{});
   append(offsets_.positions, plan.positions);
   append(offsets_.row_sequence, plan.row_sequence);
   append(offsets_.logit_rows, plan.logit_rows);

@@ -85,6 +85,10 @@ class CudaPlannedStep final : public PlannedStep {
   // Device arrays, int32 (layouts as in backend/step_plan.h and prefill_attention.h).
   const int32_t* page_tables() const { return at(offsets_.page_tables); }      // [S][max_pages]
   const int32_t* token_ids() const { return at(offsets_.token_ids); }          // [T]
+  // [T] StepPlan::fed_rows when the plan feeds tokens (has_fed_tokens), else empty.
+  const int32_t* fed_rows() const { return at(offsets_.fed_rows); }
+  // token_ids(), writable: the backend resolves the fed tokens in it once the arrays are bound.
+  int32_t* mutable_token_ids() const { return memory_->arrays.as<int32_t>() + offsets_.token_ids; }
   const int32_t* positions() const { return at(offsets_.positions); }          // [T]
   const int32_t* row_sequence() const { return at(offsets_.row_sequence); }    // [T]
   const int32_t* logit_rows() const { return at(offsets_.logit_rows); }        // [L]
@@ -113,8 +117,8 @@ class CudaPlannedStep final : public PlannedStep {
 
  private:
   struct Offsets {
-    int64_t page_tables = 0, token_ids = 0, positions = 0, row_sequence = 0, logit_rows = 0, seq_info = 0,
-            chunk_work = 0, decode_work = 0, decode_rows = 0, decode_page_tables = 0;
+    int64_t page_tables = 0, token_ids = 0, fed_rows = 0, positions = 0, row_sequence = 0, logit_rows = 0,
+            seq_info = 0, chunk_work = 0, decode_work = 0, decode_rows = 0, decode_page_tables = 0;
   };
   const int32_t* at(int64_t offset) const { return memory_->arrays.as<int32_t>() + offset; }
   // Plans `state` for `geometry` and sizes/uploads its device parts.

@@ -8,6 +8,7 @@ namespace nibble::cuda {
 namespace detail {  // elementwise.cu
 void launch_convert_f32_to_bf16(const ConvertBf16Params& p, cudaStream_t stream);
 void launch_embedding(const EmbeddingParams& p, cudaStream_t stream);
+void launch_resolve_fed_tokens(const FedTokensParams& p, cudaStream_t stream);
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);
 void launch_rope(const RopeParams& p, cudaStream_t stream);
 void launch_silu_mul(const SiluMulParams& p, cudaStream_t stream);
@@ -31,6 +32,14 @@ void convert_f32_to_bf16(const ConvertBf16Params& p, cudaStream_t stream) {
   NIBBLE_CHECK(p.x && p.out, "convert_f32_to_bf16: a device pointer is null (x {}, out {})", p.x != nullptr,
                p.out != nullptr);
   detail::launch_convert_f32_to_bf16(p, stream);
+}
+
+void resolve_fed_tokens(const FedTokensParams& p, cudaStream_t stream) {
+  check_count("resolve_fed_tokens", "n", p.n);
+  if (p.n == 0) return;
+  NIBBLE_CHECK(p.token_ids && p.fed_rows && p.ids && p.id_stride >= 1,
+               "resolve_fed_tokens: a device pointer is null or the id stride {} is not positive", p.id_stride);
+  detail::launch_resolve_fed_tokens(p, stream);
 }
 
 void embedding(const EmbeddingParams& p, cudaStream_t stream) {

@@ -28,6 +28,13 @@ __global__ void convert_kernel(ConvertBf16Params p) {
   for (int64_t i = global_thread(); i < p.n; i += grid_threads()) p.out[i] = quant::bf16_from_f32(p.x[i]);
 }
 
+__global__ void fed_tokens_kernel(FedTokensParams p) {
+  for (int64_t t = global_thread(); t < p.n; t += grid_threads()) {
+    const int32_t row = p.fed_rows[t];
+    if (row >= 0) p.token_ids[t] = p.ids[static_cast<int64_t>(row) * p.id_stride];
+  }
+}
+
 __global__ void embedding_kernel(EmbeddingParams p) {
   const int64_t n = p.rows * p.hidden;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
@@ -130,6 +137,11 @@ __global__ void row_copy_kernel(RowCopyParams p) {
 
 void launch_convert_f32_to_bf16(const ConvertBf16Params& p, cudaStream_t stream) {
   convert_kernel<<<blocks_for(p.n), kThreads, 0, stream>>>(p);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_resolve_fed_tokens(const FedTokensParams& p, cudaStream_t stream) {
+  fed_tokens_kernel<<<blocks_for(p.n), kThreads, 0, stream>>>(p);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 

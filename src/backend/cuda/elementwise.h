@@ -36,6 +36,18 @@ struct EmbeddingParams {
 };
 void embedding(const EmbeddingParams& p, cudaStream_t stream);
 
+// Fed tokens (backend/step_plan.h, SequenceStep::fed_row): token_ids[t] = the id of sample row
+// fed_rows[t] for every t with fed_rows[t] >= 0, read from the drawn ids at ids[row · id_stride]
+// (the sampler's results on the device). Rows are not checked here: the caller has.
+struct FedTokensParams {
+  int32_t* token_ids = nullptr;       // [n]
+  const int32_t* fed_rows = nullptr;  // [n]
+  const int32_t* ids = nullptr;       // ids[r · id_stride] is row r's drawn id
+  int64_t id_stride = 1;              // int32 elements between two rows' ids
+  int64_t n = 0;
+};
+void resolve_fed_tokens(const FedTokensParams& p, cudaStream_t stream);
+
 // out [rows, cols] = x / sqrt(mean(x²) + eps) * weight [cols], per row; out may alias x.
 struct RmsNormParams {
   const float* x = nullptr;       // [rows, cols]

@@ -48,6 +48,10 @@ class SamplingWorkspace {
   RowSliceStats* stats() const { return stats_; }
   DeviceSampleRequest* host_requests() const { return host_requests_; }
   DeviceSampleResult* host_results() const { return host_results_; }
+  // The last launch_sample_rows(): its rows (-1: none, or it failed), and the event after its
+  // results' copy to the host.
+  int64_t launched_rows = -1;
+  cudaEvent_t results_copied = nullptr;
 
  private:
   DeviceSampleRequest* requests_ = nullptr;       // [capacity_] device
@@ -60,9 +64,12 @@ class SamplingWorkspace {
   cudaStream_t stream_ = nullptr;
 };
 
-// The seam's sample(): validates (nibble::Error naming the parameter), uploads the requests,
-// launches, copies the results back and waits for them.
-void sample_rows(backend::Tensor logits, std::span<const backend::SampleRequest> requests,
-                 std::span<backend::SampledToken> out, SamplingWorkspace& workspace, cudaStream_t stream);
+// The seam's sample_launch(): validates (nibble::Error naming the parameter), uploads the
+// requests, launches, and queues the results' copy back. The drawn ids stay in
+// workspace.results()[r].id on the device for the next plan's fed tokens.
+void launch_sample_rows(backend::Tensor logits, std::span<const backend::SampleRequest> requests,
+                        SamplingWorkspace& workspace, cudaStream_t stream);
+// The seam's sample_wait(): waits for that copy (not for later work on the stream) and converts.
+void wait_sample_rows(std::span<backend::SampledToken> out, SamplingWorkspace& workspace);
 
 }  // namespace nibble::cuda

@@ -27,6 +27,8 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_step.h"
+#include "backend/step_plan.h"
 #include "backend/cuda_common/cuda_test_util.h"
 #include "common/error.h"
 #include "sampling/sampler.h"
@@ -344,6 +346,60 @@ TEST(CpuSampling, TopLogprobsEqualTheHostComputation) {
   std::vector<float> row(4, 0.0f);
   std::vector<SampledToken> out(1);
   EXPECT_THROW(cpu->sample({row.data(), 1, 4}, std::vector<SampleRequest>{{.top_logprobs = 21}}, out), nibble::Error);
+}
+
+// Logits rows whose greedy draws are `ids` (row r peaks at ids[r]); the step of fed_tokens_test.cpp.
+std::vector<float> peaked_rows(const std::vector<int32_t>& ids, int64_t vocab) {
+  std::vector<float> logits(ids.size() * static_cast<size_t>(vocab), 0.0f);
+  for (size_t r = 0; r < ids.size(); ++r) logits[r * static_cast<size_t>(vocab) + static_cast<size_t>(ids[r])] = 5.0f;
+  return logits;
+}
+
+// A step of three one-token sequences at position 3 (one page each): the first two fed from
+// sample rows `fed_a` and `fed_b`, the third an explicit token 11.
+StepPlan fed_plan(int32_t fed_a, int32_t fed_b) {
+  static const int32_t placeholder = -1, explicit_token = 11;
+  static const int32_t pages[3] = {0, 1, 2};
+  const std::vector<SequenceStep> steps = {
+      {.first_position = 3, .tokens = {&placeholder, 1}, .pages = {&pages[0], 1}, .fed_row = fed_a},
+      {.first_position = 3, .tokens = {&placeholder, 1}, .pages = {&pages[1], 1}, .fed_row = fed_b},
+      {.first_position = 3, .tokens = {&explicit_token, 1}, .pages = {&pages[2], 1}}};
+  return make_step_plan(steps, 16, 3);
+}
+
+// The CUDA backend resolves fed tokens on the device, stream-ordered after the launched draws: the
+// plan is made before the draws are waited for, and a second launch replaces the first.
+TEST_F(CudaSampling, FedTokensReadTheDrawsOnTheDevice) {
+  auto read_token_ids = [&](const PlannedStep& step) {
+    const auto& cuda_step = dynamic_cast<const CudaPlannedStep&>(step);
+    std::vector<int32_t> ids(3);
+    NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
+    NIBBLE_CUDA_CHECK(cudaMemcpy(ids.data(), cuda_step.token_ids(), sizeof(int32_t) * 3, cudaMemcpyDeviceToHost));
+    return ids;
+  };
+  EXPECT_THROW(gpu_->plan(fed_plan(0, 1)), nibble::Error);  // nothing launched yet
+  for (const int64_t vocab : {16, 5000}) {  // one slice of the row statistics, and several
+    const std::vector<float> first = peaked_rows({7, 3}, vocab), second = peaked_rows({9, 4, 12}, vocab);
+    auto buffer = gpu_->allocate(static_cast<int64_t>(second.size() * sizeof(float)));
+    gpu_->copy_from_host(buffer->data(), first.data(), static_cast<int64_t>(first.size() * sizeof(float)));
+    gpu_->sample_launch({buffer->floats(), 2, vocab}, std::vector<SampleRequest>(2));
+    const std::unique_ptr<PlannedStep> step = gpu_->plan(fed_plan(1, 0));  // before the wait
+    EXPECT_EQ(read_token_ids(*step), (std::vector<int32_t>{3, 7, 11}));
+    EXPECT_THROW(gpu_->plan(fed_plan(0, 2)), nibble::Error);
+    std::vector<SampledToken> drawn(2);
+    gpu_->sample_wait(drawn);
+    EXPECT_EQ(drawn[0].id, 7);
+    EXPECT_EQ(drawn[1].id, 3);
+
+    gpu_->copy_from_host(buffer->data(), second.data(), buffer->bytes());
+    gpu_->sample_launch({buffer->floats(), 3, vocab}, std::vector<SampleRequest>(3));
+    const std::unique_ptr<PlannedStep> again = gpu_->plan(fed_plan(2, 1));
+    EXPECT_EQ(read_token_ids(*again), (std::vector<int32_t>{12, 4, 11}));
+    std::vector<SampledToken> wrong(2), right(3);
+    EXPECT_THROW(gpu_->sample_wait(wrong), nibble::Error);
+    gpu_->sample_wait(right);
+    EXPECT_EQ(right[2].id, 12);
+  }
 }
 
 }  // namespace

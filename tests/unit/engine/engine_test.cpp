@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <fstream>
@@ -49,6 +50,7 @@ struct Collected {
   std::vector<int32_t> tokens;
   std::string text;
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+  std::vector<TokenLogprob> logprobs;  // of the generated tokens, when asked for
   FinishReason finish = FinishReason::kNone;
   Usage usage;
 };
@@ -62,6 +64,7 @@ Collected collect(RequestStream& stream) {
       return out;
     }
     out.tokens.insert(out.tokens.end(), event->tokens.begin(), event->tokens.end());
+    out.logprobs.insert(out.logprobs.end(), event->logprobs.begin(), event->logprobs.end());
     out.text += event->text;
     if (!event->prompt_logprobs.empty()) out.prompt_logprobs = event->prompt_logprobs;
     out.usage = event->usage;
@@ -127,6 +130,61 @@ TEST(Engine, ConcurrentRequestsMatchAlone) {
   EXPECT_EQ(m.kv_pages_requests, 0);
   EXPECT_EQ(m.kv_pages_free + m.kv_pages_cached, m.kv_pages_total);
   EXPECT_EQ(m.requests_finished, 30);
+}
+
+// The overlap (EngineOptions::overlap: each step planned and launched while the previous one's
+// tokens are drawn, its inputs fed from those draws) against the engine without it: the same tokens,
+// text, logprobs (to rounding) and finish reasons for greedy and seeded requests with EOS, stop strings, logprobs
+// and max_tokens, run together; and the overlap must actually have happened.
+TEST(Engine, OverlappedStepsMatchSequentialSteps) {
+  const std::vector<GoldenCase> cases = golden_cases();
+  std::vector<GenerationRequest> requests;
+  for (int copy = 0; copy < 3; ++copy) {
+    for (const GoldenCase& c : cases) {
+      GenerationRequest r{.prompt = c.prompt, .max_tokens = 20 + 9 * copy};
+      if (copy == 1) r.sampling = {.temperature = 0.8f, .top_k = 20, .seed = 7};
+      if (copy == 2) r.stop = {" the"};
+      r.logprobs = copy != 0;
+      r.top_logprobs = copy == 1 ? 3 : 0;
+      requests.push_back(r);
+    }
+  }
+  auto run = [&](bool overlap) {
+    auto engine = make_engine({.num_pages = 48, .max_running = 6, .max_batch_tokens = 64, .overlap = overlap});
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const GenerationRequest& r : requests) streams.push_back(engine->submit(r));
+    std::vector<Collected> got;
+    for (auto& s : streams) got.push_back(collect(*s));
+    EXPECT_TRUE(engine->wait_idle(10s));
+    const EngineMetrics m = engine->metrics();
+    EXPECT_EQ(m.kv_pages_requests, 0);
+    EXPECT_EQ(m.requests_finished, static_cast<int64_t>(requests.size()));
+    return std::pair{got, m.overlapped_steps};
+  };
+  const auto [sequential, none] = run(false);
+  const auto [overlapped, overlaps] = run(true);
+  EXPECT_EQ(none, 0);
+  EXPECT_GT(overlaps, 20) << "steps were hardly ever overlapped";
+  int stopped = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(overlapped[i].tokens, sequential[i].tokens) << "request " << i;
+    EXPECT_EQ(overlapped[i].text, sequential[i].text) << "request " << i;
+    EXPECT_EQ(overlapped[i].finish, sequential[i].finish) << "request " << i;
+    EXPECT_EQ(overlapped[i].usage.completion_tokens, sequential[i].usage.completion_tokens) << "request " << i;
+    ASSERT_EQ(overlapped[i].logprobs.size(), sequential[i].logprobs.size()) << "request " << i;
+    EXPECT_EQ(overlapped[i].logprobs.size(), requests[i].logprobs ? overlapped[i].tokens.size() : 0u);
+    for (size_t t = 0; t < overlapped[i].logprobs.size(); ++t) {
+      const TokenLogprob &a = overlapped[i].logprobs[t], &b = sequential[i].logprobs[t];
+      EXPECT_EQ(a.token, b.token);
+      // The batches differ (a request that stops has computed one position more), and the CPU's
+      // matrix products round by batch shape: the same tokens, logprobs to float rounding.
+      EXPECT_NEAR(a.logprob, b.logprob, 1e-4 * std::max(1.0f, std::fabs(b.logprob))) << "request " << i << " token " << t;
+      ASSERT_EQ(a.top.size(), b.top.size());
+      for (size_t k = 0; k < a.top.size(); ++k) EXPECT_EQ(a.top[k].token, b.top[k].token);
+    }
+    stopped += sequential[i].finish == FinishReason::kStop ? 1 : 0;
+  }
+  EXPECT_GT(stopped, 0) << "no request stopped early (EOS or a stop string): the cases test less than meant";
 }
 
 TEST(Engine, CancellationFreesPages) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <vector>
@@ -52,18 +53,27 @@ class FakeRunner {
       : page_size_(page_size), cache_(cache), slots_(num_pages * page_size) {}
 
   // Runs one plan: all writes first (as one batched forward pass), then the reads. Returns one
-  // sampled token per sequence with `samples`, in plan order.
-  std::vector<TokenId> run(const StepPlan& plan) {
+  // sampled token per sequence with `samples`, in plan order. `fed`: the previous plan's draws, the
+  // input of every sequence with a fed_row (a plan made by step_ahead()).
+  std::vector<TokenId> run(const StepPlan& plan, const std::vector<TokenId>& fed = {}) {
     std::set<PageId> written_pages;
     for (const ScheduledSequence& s : plan.sequences) {
       EXPECT_EQ(static_cast<int64_t>(s.page_table.size()), (s.context_tokens + page_size_ - 1) / page_size_);
       EXPECT_EQ(static_cast<int64_t>(s.input_tokens.size()), s.num_new_tokens);
+      if (s.fed_row >= 0) {
+        EXPECT_EQ(s.num_new_tokens, 1);
+        EXPECT_EQ(s.input_tokens[0], kProvisionalToken);
+        EXPECT_LT(s.fed_row, static_cast<int32_t>(fed.size()));
+      }
       for (int64_t j = 0; j < s.num_new_tokens; ++j) {
         const int64_t pos = s.first_position + j;
         const PageId page = s.page_table[pos / page_size_];
         // The prefix cache's pages are shared and read-only; a step writes only its own pages.
         EXPECT_FALSE(cache_.holds_page(page)) << "request " << s.request_id << " writes cached page " << page;
-        slots_[page * page_size_ + pos % page_size_] = {s.input_tokens[j], pos, s.request_id};
+        const TokenId token = s.fed_row >= 0 && s.fed_row < static_cast<int32_t>(fed.size())
+                                  ? fed[static_cast<size_t>(s.fed_row)]
+                                  : s.input_tokens[j];
+        slots_[page * page_size_ + pos % page_size_] = {token, pos, s.request_id};
         written_pages.insert(page);
       }
     }
@@ -110,6 +120,35 @@ struct Harness {
     scheduler.check_integrity();
     return plan;
   }
+  // Steps as the engine's overlap does: after a step(), while its draws are "in flight", the next
+  // plan comes from step_ahead() and runs (fed those draws) before update() answers the first;
+  // then step_ahead() again, until it returns an empty plan. Returns the plans made ahead.
+  int64_t run_overlapped() {
+    StepPlan plan = scheduler.step();
+    scheduler.check_integrity();
+    if (plan.empty()) return 0;
+    std::vector<TokenId> sampled = runner.run(plan);
+    on_plan(plan);
+    int64_t ahead_plans = 0;
+    while (true) {
+      StepPlan ahead = scheduler.step_ahead();
+      std::vector<TokenId> sampled_ahead;
+      if (!ahead.empty()) {
+        ++ahead_plans;
+        sampled_ahead = runner.run(ahead, sampled);
+        EXPECT_EQ(static_cast<int64_t>(sampled_ahead.size()), ahead.num_sampled);
+        on_plan(ahead);
+      }
+      record(scheduler.update(sampled));
+      scheduler.check_integrity();
+      if (ahead.empty()) return ahead_plans;
+      sampled = std::move(sampled_ahead);
+    }
+  }
+  // Called with each plan of run_overlapped() once it ran, before update() answers the plan before
+  // it: while "its draws are in flight" (tests submit, cancel or finish requests there).
+  std::function<void(const StepPlan&)> on_plan = [](const StepPlan&) {};
+
   void record(const std::vector<TokenEvent>& events) {
     for (const TokenEvent& e : events) {
       if (e.token >= 0) outputs[e.id].push_back(e.token);

@@ -253,5 +253,96 @@ TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
   EXPECT_EQ(h.allocator.num_free(), 6);
 }
 
+// step_ahead(), by hand: only with one plan awaiting its update, only in the steady state (every
+// running request sampled), never for a request that stops on the draw in flight (max_tokens),
+// never at the price of a preemption; the plan it makes feeds each decode from the draw's row.
+TEST(Scheduler, StepAheadPlansOnlyTheSteadyState) {
+  Harness h(3, kPageSize, {.max_batch_tokens = 4, .max_running = 4}, /*prefix_cache=*/false);
+  EXPECT_THROW(h.scheduler.step_ahead(), nibble::Error);  // no plan awaits its update
+  const Request a = make_request(1, iota_tokens(6), 3);
+  h.scheduler.submit(a);
+  StepPlan p1 = h.scheduler.step();  // 4 of 6 prompt tokens: no draw
+  EXPECT_TRUE(h.scheduler.step_ahead().empty());
+  h.record(h.scheduler.update(h.runner.run(p1)));
+  StepPlan p2 = h.scheduler.step();  // the last 2 prompt tokens, and the first draw
+  ASSERT_TRUE(p2.sequences[0].samples);
+  const std::vector<TokenId> d2 = h.runner.run(p2);
+  StepPlan p3 = h.scheduler.step_ahead();  // position 6, fed from row 0 of p2's draws
+  ASSERT_EQ(p3.sequences.size(), 1u);
+  EXPECT_EQ(p3.sequences[0].first_position, 6);
+  EXPECT_EQ(p3.sequences[0].fed_row, 0);
+  EXPECT_EQ(p3.sequences[0].input_tokens, std::vector<TokenId>{kProvisionalToken});
+  EXPECT_EQ(p3.sequences[0].page_table.size(), 2u);
+  EXPECT_EQ(h.scheduler.plans_awaiting_update(), 2);
+  EXPECT_THROW(h.scheduler.step_ahead(), nibble::Error);  // two await their update
+  EXPECT_THROW(h.scheduler.step(), nibble::Error);
+  const std::vector<TokenId> d3 = h.runner.run(p3, d2);
+  h.record(h.scheduler.update(d2));
+  h.scheduler.check_integrity();
+  // The draw of p3 is a's 2nd and max_tokens is 3, so p4 is still planned; after it none would be.
+  StepPlan p4 = h.scheduler.step_ahead();
+  ASSERT_EQ(p4.sequences.size(), 1u);
+  EXPECT_EQ(p4.sequences[0].first_position, 7);
+  const std::vector<TokenId> d4 = h.runner.run(p4, d3);
+  h.record(h.scheduler.update(d3));
+  EXPECT_TRUE(h.scheduler.step_ahead().empty());  // a stops on p4's draw: nothing to plan
+  h.record(h.scheduler.update(d4));
+  EXPECT_EQ(h.finished.at(1), FinishReason::kLength);
+  EXPECT_EQ(h.outputs[1], generate_alone(a));
+  h.expect_no_request_pages();
+
+  // A full pool: b continues into its second page's free slot, then needs a third page, which c
+  // frees when it finishes on the draw that was in flight.
+  Harness full(3, kPageSize, {.max_batch_tokens = 16, .max_running = 4}, /*prefix_cache=*/false);
+  const Request b = make_request(2, iota_tokens(7, 20), 4), c = make_request(3, iota_tokens(4, 30), 1);
+  full.scheduler.submit(b);
+  full.scheduler.submit(c);
+  StepPlan p5 = full.scheduler.step();  // b's prompt (2 pages), c's (1 page): the pool is full
+  ASSERT_EQ(p5.sequences.size(), 2u);
+  const std::vector<TokenId> d5 = full.runner.run(p5);
+  StepPlan p6 = full.scheduler.step_ahead();  // b continues at position 7 (its 2nd page has room)
+  ASSERT_EQ(p6.sequences.size(), 1u);
+  const std::vector<TokenId> d6 = full.runner.run(p6, d5);
+  full.record(full.scheduler.update(d5));  // c finishes (max_tokens 1) and frees its page
+  StepPlan p7 = full.scheduler.step_ahead();  // position 8: a new page, c's
+  ASSERT_EQ(p7.sequences.size(), 1u);
+  EXPECT_EQ(p7.sequences[0].page_table.size(), 3u);
+  full.record(full.scheduler.update(d6));
+  full.record(full.scheduler.update(full.runner.run(p7, d6)));
+  while (!full.scheduler.idle()) full.step();
+  EXPECT_EQ(full.outputs[2], generate_alone(b));
+  EXPECT_EQ(full.outputs[3], generate_alone(c));
+
+  // drop_plans() only once every request has ended.
+  h.scheduler.submit(make_request(4, iota_tokens(3), 2));
+  h.scheduler.step();
+  EXPECT_THROW(h.scheduler.drop_plans(), nibble::Error);
+  EXPECT_TRUE(h.scheduler.cancel(4));
+  h.scheduler.drop_plans();
+  EXPECT_EQ(h.scheduler.plans_awaiting_update(), 0);
+  EXPECT_TRUE(h.scheduler.step().empty());
+  h.expect_no_request_pages();
+}
+
+// A full pool and a decode needing a page: step_ahead() returns nothing rather than preempt.
+TEST(Scheduler, StepAheadNeverPreempts) {
+  Harness h(2, kPageSize, {.max_batch_tokens = 16, .max_running = 4}, /*prefix_cache=*/false);
+  const Request a = make_request(1, iota_tokens(4), 3), b = make_request(2, iota_tokens(4, 20), 3);
+  h.scheduler.submit(a);
+  h.scheduler.submit(b);
+  StepPlan p1 = h.scheduler.step();  // both prompts fill their page: the next positions need pages
+  ASSERT_EQ(p1.sequences.size(), 2u);
+  const std::vector<TokenId> d1 = h.runner.run(p1);
+  EXPECT_TRUE(h.scheduler.step_ahead().empty());
+  EXPECT_EQ(h.scheduler.stats().preemptions, 0);
+  EXPECT_EQ(h.scheduler.plans_awaiting_update(), 1);
+  h.record(h.scheduler.update(d1));
+  h.scheduler.check_integrity();
+  while (!h.scheduler.idle()) h.step();  // sequential steps preempt and finish both
+  EXPECT_EQ(h.outputs[1], generate_alone(a));
+  EXPECT_EQ(h.outputs[2], generate_alone(b));
+  h.expect_no_request_pages();
+}
+
 }  // namespace
 }  // namespace nibble::scheduler

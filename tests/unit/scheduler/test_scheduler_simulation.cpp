@@ -26,11 +26,13 @@ struct SimulationParams {
   int num_requests = 0;
   bool prefix_cache = true;
   bool cancel_some = false;
+  bool overlap = false;  // step as the engine overlaps: Harness::run_overlapped (step_ahead)
 };
 
 struct SimulationResult {
   SchedulerStats stats;
   int64_t steps = 0;
+  int64_t ahead_plans = 0;  // plans made by step_ahead (overlap)
 };
 
 SimulationResult simulate(const SimulationParams& p) {
@@ -60,7 +62,8 @@ SimulationResult simulate(const SimulationParams& p) {
   std::set<RequestId> cancelled;
   size_t next = 0;
   int64_t step = 0;
-  for (; step < 5000 && (next < requests.size() || !h.scheduler.idle()); ++step) {
+  int64_t ahead_plans = 0;
+  auto clients = [&] {
     for (int n = uniform(0, 2); n > 0 && next < requests.size(); --n) {  // arrivals over time
       submitted_at[requests[next].id] = step;
       h.scheduler.submit(requests[next++]);
@@ -72,13 +75,28 @@ SimulationResult simulate(const SimulationParams& p) {
         h.scheduler.check_integrity();
       }
     }
-    const StepPlan plan = h.step();
+  };
+  auto check_plan = [&](const StepPlan& plan) {
     EXPECT_LE(plan.num_tokens, p.max_batch_tokens);
     EXPECT_LE(static_cast<int64_t>(plan.sequences.size()), p.max_running);
     std::set<RequestId> in_plan;
     for (const ScheduledSequence& s : plan.sequences) {
       EXPECT_TRUE(in_plan.insert(s.request_id).second) << "request " << s.request_id << " twice in one plan";
       if (first_scheduled_at.emplace(s.request_id, step).second) admission_order.push_back(s.request_id);
+    }
+  };
+  // Overlapped, the clients act while a plan's draws are in flight (between step_ahead and update).
+  h.on_plan = [&](const StepPlan& plan) {
+    check_plan(plan);
+    ++step;
+    clients();
+  };
+  for (; step < 5000 && (next < requests.size() || !h.scheduler.idle()); ++step) {
+    clients();
+    if (p.overlap) {
+      ahead_plans += h.run_overlapped();
+    } else {
+      check_plan(h.step());
     }
   }
   EXPECT_TRUE(h.scheduler.idle()) << "the simulation did not drain in " << step << " steps";
@@ -100,7 +118,7 @@ SimulationResult simulate(const SimulationParams& p) {
   EXPECT_EQ(h.cache.evictable_pages(), cached);  // no request holds a lock any more
   EXPECT_EQ(h.cache.evict(p.num_pages), cached);
   EXPECT_EQ(h.allocator.num_free(), p.num_pages);
-  return {.stats = h.scheduler.stats(), .steps = step};
+  return {.stats = h.scheduler.stats(), .steps = step, .ahead_plans = ahead_plans};
 }
 
 TEST(SchedulerSimulation, SharedPrefixesThroughATinyPoolMatchSoloRuns) {
@@ -161,6 +179,29 @@ TEST(SchedulerSimulation, CancellationsAmidPreemptionLeakNothing) {
                                          .cancel_some = true});
     EXPECT_GT(r.stats.cancelled, 0);
   }
+}
+
+// The same requests stepped as the engine overlaps host work with the device (step_ahead: the next
+// plan made while the last one's draws are in flight, fed those draws): the same outputs, no leak,
+// through preemption, cancellations while a plan is in flight, stop ids and max_tokens.
+TEST(SchedulerSimulation, PlanningAheadGivesTheSameOutputs) {
+  int64_t ahead = 0;
+  int64_t preemptions = 0;
+  for (uint32_t seed = 21; seed <= 26; ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    const SimulationResult r = simulate({.seed = seed,
+                                         .num_pages = 14,
+                                         .page_size = 4,
+                                         .max_batch_tokens = 24,
+                                         .max_running = 6,
+                                         .num_requests = 50,
+                                         .cancel_some = seed % 2 == 0,
+                                         .overlap = true});
+    ahead += r.ahead_plans;
+    preemptions += r.stats.preemptions;
+  }
+  EXPECT_GT(ahead, 100) << "steps were hardly ever planned ahead";
+  EXPECT_GT(preemptions, 0) << "the pool was meant to be too small: preemption never happened";
 }
 
 // A large request behind a never-ending stream of small ones: FIFO admission must get it in
