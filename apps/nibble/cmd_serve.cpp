@@ -59,6 +59,7 @@ struct ServeArgs {
   int64_t max_waiting = 1024;
   int64_t max_batch_tokens = 512;
   bool no_prefix_cache = false;
+  bool no_overlap = false;
   int64_t max_body_bytes = 8 << 20;
   int http_threads = 256;
   double shutdown_grace_s = 10.0;
@@ -156,7 +157,8 @@ void run_serve(const ServeArgs& args) {
                          .max_batch_tokens = args.max_batch_tokens,
                          .prefix_cache = !args.no_prefix_cache,
                          .global_scales = kv_scales,
-                         .nvfp4_scale_rule = cli::parse_nvfp4_scale_rule(args.kv_scale_flags.nvfp4_scale_rule)});
+                         .nvfp4_scale_rule = cli::parse_nvfp4_scale_rule(args.kv_scale_flags.nvfp4_scale_rule),
+                         .overlap = !args.no_overlap});
   server::HttpServer http(engine, {.host = args.host,
                                    .port = args.port,
                                    .model_name = model_name,
@@ -168,13 +170,13 @@ void run_serve(const ServeArgs& args) {
   fmt::print(stderr,
              "nibble serve: model {} ({}, context {} tokens) on {}; KV {}{}: {} pages x {} tokens = {} tokens "
              "({} B/token, {} per page, {} in all; from {}); {} requests of the full {}-token context fit; "
-             "prefix cache {}; listening on http://{}:{}\n",
+             "prefix cache {}; overlapped steps {}; listening on http://{}:{}\n",
              model_name, args.model_dir, config.max_position_embeddings, args.device, quant::kv_dtype_name(kv_dtype),
              rotation == quant::Rotation::kHadamard ? " + hadamard" : "", pool.pages, args.page_size,
              pool.pages * args.page_size, bytes_per_token, format_bytes(static_cast<double>(layout.page_bytes())),
              format_bytes(static_cast<double>(layout.page_bytes() * pool.pages)), pool.source,
              pool.full_context_requests, config.max_position_embeddings, args.no_prefix_cache ? "off" : "on",
-             args.host, port);
+             args.no_overlap ? "off" : "on", args.host, port);
 
   std::thread watcher([&http] {
     unsigned char signal = 0;
@@ -220,6 +222,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-batch-tokens", args->max_batch_tokens, "Tokens per engine step (decodes + prefill chunks)")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Turn the radix prefix cache off");
+  cmd->add_flag("--no-overlap", args->no_overlap,
+                "Run engine steps one after another: no next step planned and launched while this one's tokens "
+                "are drawn");
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body (larger: 413)")->capture_default_str();
   cmd->add_option("--http-threads", args->http_threads, "Connections served at once")->capture_default_str();
   cmd->add_option("--shutdown-grace-s", args->shutdown_grace_s,

@@ -12,13 +12,14 @@
 //   timing     wall clock per step (plan, launches or graph replay, then the token sampled on the
 //              device or the logits copied back: the latency a caller sees), median over --steps
 //              steps after 3 warm-up steps (eager, capture, replay);
-//   modes      (default 6, 0, 1, 2, 3) CUDA graph + GEMV with the logits copied back, eager, graph +
+//   modes      (default 9, 6, 0, 1, 2, 3) 0..5: CUDA graph + GEMV with the logits copied back, eager, graph +
 //              cuBLAS, graph + GEMV without
 //              programmatic dependent launch (gemv.h), graph + GEMV with RoPE and the KV write as
 //              two plain launches (CudaBackend::set_small_op_fusion(false): the state before), graph +
 //              GEMV with the split merge's early trigger off (CudaBackend::set_merge_early_trigger),
 //              graph + GEMV with the token drawn on the device (greedy, runtime::run_forward_step_sampled:
-//              the engine's generation step, a few bytes back instead of the vocabulary's logits),
+//              the engine's generation step without overlap, a few bytes back instead of the
+//              vocabulary's logits), 9: the engine's step (overlapped),
 //              mode 6 with decode attention copying all its KV after waiting for the KV write
 //              (CudaBackend::set_decode_prefix_before_wait(false): the state before);
 //   products   each batch-1 product alone (single and fused, L2 flushed before each), the GEMV
@@ -32,7 +33,8 @@
 //              for the first KV format and context: µs per op, and GB/s for the products.
 //
 //   timeline   --timeline: after the modes, for each KV format and context, --steps steps of
-//              the engine's step (mode 6) traced by CUPTI (kernel_timeline.h): per kernel of the
+//              the sequential step (mode 6), then of the overlapped one (mode 9), traced by CUPTI
+//              (kernel_timeline.h): per kernel of the
 //              graph, how far it moved the end of the step's kernel chain, and the GPU's idle time
 //              between steps; then the same steps' host time per seam call (OpTimer's host timing).
 //
@@ -41,14 +43,17 @@
 //              the model's; the rows say so.
 //
 //   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
-//                      [--modes 0,1,2,3,4,5,6,7,8] [--no-products] [--no-breakdown]
+//                      [--modes 0,...,9] [--no-products] [--no-breakdown]
 //                      [--skip attention,rope_kv_write,both] [--timeline]
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
 //          RoPE and KV write unfused, 5 graph + GEMV, the decode merge triggering the o GEMV at its
 //          end instead of its start, 6 graph + GEMV, the token sampled on the device (as the engine
-//          generates; the other modes copy the logits to the host), 7 as 6 with every KV copy of the
+//          generates with EngineOptions::overlap off; modes 0-5 copy the logits to the host), 7 as 6 with every KV copy of the
 //          decode attention after its wait for the KV write, 8 as 6 with the decode blocks not
-//          spread (as many per SM as fit: CudaBackend::set_decode_spread_blocks(false))
+//          spread (as many per SM as fit: CudaBackend::set_decode_spread_blocks(false)), 9 as 6
+//          overlapped as the engine runs it (EngineOptions::overlap): each step launched, its token
+//          fed from the previous step's draw on the device, before that draw is read back; the
+//          time is the interval between two tokens' arrivals on the host
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -85,7 +90,7 @@ struct Args {
   int steps = 48;
   bool products = true;  // the per-product table (--no-products: only the decode steps, e.g. under ncu)
   bool breakdown = true;  // the per-op table of an eager step
-  std::vector<int> modes{6, 0, 1, 2, 3};  // 6 first: the engine's generation step, the headline figure
+  std::vector<int> modes{9, 6, 0, 1, 2, 3};  // 9 first: the engine's generation step, the headline figure
   // Ablations: after the modes, each KV format and context runs mode 0 again with these ops dropped
   // (OpTimer::Skip), to show what they cost inside the graph. Timing only: the logits are not the model's.
   std::vector<std::string> skips;
@@ -137,11 +142,11 @@ Args parse_args(int argc, char** argv) {
       a.modes.clear();
       for (const std::string& m : split(value())) {
         const int mode = std::stoi(m);
-        NIBBLE_CHECK(mode >= 0 && mode <= 8, "--modes: {} is not one of 0..8", m);
+        NIBBLE_CHECK(mode >= 0 && mode <= 9, "--modes: {} is not one of 0..9", m);
         a.modes.push_back(mode);
       }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,1,2,3,4,5,6,7,8 "
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,...,9 "
                   "--no-products --no-breakdown --skip attention,rope_kv_write,both --timeline)",
                   arg);
     }
@@ -446,6 +451,39 @@ int run(int argc, char** argv) {
         }
         return median(times);
       };
+      // The engine's overlapped steps (mode 9): step s + 1 is launched, fed the token being drawn for
+      // step s, before that token is read; the median interval between two tokens read.
+      auto time_overlapped_steps = [&] {
+        backend::Backend& be = tf.backend();
+        const backend::SampleRequest greedy{};
+        const int32_t first_token = 1000, placeholder = -1;
+        auto step_at = [&](int64_t step) {
+          const int64_t position = context - 1 + step;
+          return backend::SequenceStep{
+              .first_position = position,
+              .tokens = {step == 0 ? &first_token : &placeholder, 1},
+              .pages = {pages.data(), static_cast<size_t>((position + 1 + page_size - 1) / page_size)},
+              .fed_row = step == 0 ? -1 : 0};
+        };
+        backend::SequenceStep s = step_at(0);
+        be.sample_launch(runtime::launch_forward_step(tf, pool, quant::Rotation::kNone, {&s, 1}), {&greedy, 1});
+        std::vector<double> times;
+        auto last = std::chrono::steady_clock::now();
+        for (int step = 1; step <= args.steps + 3; ++step) {
+          s = step_at(step);
+          const backend::Tensor logits = runtime::launch_forward_step(tf, pool, quant::Rotation::kNone, {&s, 1});
+          backend::SampledToken drawn;
+          be.sample_wait({&drawn, 1});  // step - 1's token, while step runs
+          NIBBLE_CHECK(drawn.id >= 0 && drawn.id < vocab, "expected a token id, got {}", drawn.id);
+          be.sample_launch(logits, {&greedy, 1});
+          const auto now = std::chrono::steady_clock::now();
+          if (step > 3) times.push_back(std::chrono::duration<double>(now - last).count());
+          last = now;
+        }
+        backend::SampledToken drawn;
+        be.sample_wait({&drawn, 1});
+        return median(times);
+      };
       // The backend settings of a mode (the file comment's list; 0 = the defaults).
       auto set_mode = [&](int mode) {
         cuda.set_graphs_enabled(mode != 1);
@@ -458,12 +496,13 @@ int run(int argc, char** argv) {
       };
       for (const int mode : args.modes) {
         set_mode(mode);
-        const double t = time_steps(mode >= 6);
+        const double t = mode == 9 ? time_overlapped_steps() : time_steps(mode >= 6);
         const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL",
                                           "on, RoPE + KV write unfused", "on, merge triggers the o GEMV at its end",
                                           "on, token sampled on the device",
                                           "on, sampled, decode KV copied after the wait",
-                                          "on, sampled, decode blocks not spread"};
+                                          "on, sampled, decode blocks not spread",
+                                          "on, sampled, overlapped (the engine's step)"};
         const double weight_limit = weight_bytes / bandwidth;
         const double total_limit = (weight_bytes + kv_bytes_per_token * static_cast<double>(context)) / bandwidth;
         std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),
@@ -490,8 +529,14 @@ int run(int argc, char** argv) {
         KernelTimeline trace;
         trace.start();
         (void)time_steps(true);
-        timeline += fmt::format("\n# timeline: {} KV, context {}, the engine's step (mode 6){}", quant::kv_dtype_name(kv),
-                               context, timeline_table(trace.stop(), untraced * 1e3));
+        timeline += fmt::format("\n# timeline: {} KV, context {}, the sequential step (mode 6){}",
+                                quant::kv_dtype_name(kv), context, timeline_table(trace.stop(), untraced * 1e3));
+        const double untraced_overlapped = time_overlapped_steps();
+        trace.start();
+        (void)time_overlapped_steps();
+        timeline += fmt::format("\n# timeline: {} KV, context {}, the engine's overlapped step (mode 9){}",
+                                quant::kv_dtype_name(kv), context,
+                                timeline_table(trace.stop(), untraced_overlapped * 1e3));
         // The host side of the same steps: each seam call's host time (a replay records its ops and
         // launches nothing before the graph), plan() and sample() (which waits for the graph).
         timer.clear_host_totals();

@@ -77,6 +77,7 @@ class OpTimer final : public backend::Backend {
   void sample(backend::Tensor logits, std::span<const backend::SampleRequest> requests,
               std::span<backend::SampledToken> out) override;
   void sample_launch(backend::Tensor logits, std::span<const backend::SampleRequest> requests) override;
+  void flush() override { inner_.flush(); }
   void sample_wait(std::span<backend::SampledToken> out) override;
   void embedding(const backend::PlannedStep& step, const backend::Matrix& table, backend::Tensor out) override;
   void rms_norm(backend::Tensor x, const backend::Vector& weight, float eps, backend::Tensor out) override;

@@ -118,6 +118,11 @@ class Backend {
   // bucket); the caller pads with sequences whose results it discards. num_seqs = no padding.
   virtual int64_t decode_batch_bucket(int64_t num_seqs) const { return num_seqs; }
 
+  // Starts the work the backend holds back (CUDA: a decode step's graph, recorded by its ops and
+  // launched at the end of the step), without waiting for it. A caller that launches a step and
+  // then waits for something else (the previous step's draws) calls it first.
+  virtual void flush() {}
+
   // ---- sampling ----------------------------------------------------------------------------------
   // out[r] = a token drawn from logits row r [rows, vocab] in the backend's memory under requests[r];
   // only the ids (and their logprobs) come back to the host, plus out[r].top when

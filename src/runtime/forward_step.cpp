@@ -199,6 +199,7 @@ backend::Tensor launch_forward_step(model::Transformer& transformer, cache::KvPo
   int64_t real_rows = 0;
   const backend::Tensor out = forward_step_on_device(transformer, pool, rotation, steps, nvfp4_scale_rule, real_rows);
   NIBBLE_ASSERT(real_rows == static_cast<int64_t>(steps.size()));
+  transformer.backend().flush();  // the step's graph starts now, not when its draws are launched
   // One row per sequence, in order; the padding rows (after them) are not sampled.
   return {out.data, real_rows, out.cols};
 }

@@ -272,7 +272,9 @@ void CudaBackend::embedding(const PlannedStep& step, const Matrix& table, Tensor
   NIBBLE_CHECK(out.rows == plan.total_tokens && out.cols == table.in_features,
                "embedding: out is [{}, {}], expected [{}, {}]", out.rows, out.cols, plan.total_tokens,
                table.in_features);
-  for (int32_t id : plan.token_ids) {
+  for (size_t t = 0; t < plan.token_ids.size(); ++t) {
+    if (!plan.fed_rows.empty() && plan.fed_rows[t] >= 0) continue;  // drawn on the device, within the vocabulary
+    const int32_t id = plan.token_ids[t];
     NIBBLE_CHECK(id >= 0 && id < table.out_features, "token id {} is outside the vocabulary of {}", id,
                  table.out_features);
   }

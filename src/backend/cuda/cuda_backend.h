@@ -71,6 +71,7 @@ class CudaBackend final : public Backend {
   // The draws' ids stay on the device (the sampler's results) for the next plan's fed tokens;
   // sample_wait() waits for their copy back only, not for work queued after it.
   void sample_launch(Tensor logits, std::span<const SampleRequest> requests) override;
+  void flush() override { end_graph_section(); }
   void sample_wait(std::span<SampledToken> out) override;
 
   void embedding(const PlannedStep& step, const Matrix& table, Tensor out) override;
