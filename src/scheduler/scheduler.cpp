@@ -230,6 +230,10 @@ StepPlan Scheduler::step_ahead() {
   // The steady state only: every running request sampled in that plan, so each continues with
   // exactly the token being drawn (a prompt still in chunks, or a request the budget left out,
   // waits for update()). One sure to stop on that draw (max_tokens) is not continued.
+  // A request at the queue's front that scores its prompt is admitted by step() (its step returns
+  // logits to the host, which a step planned ahead does not): planning ahead now would keep it
+  // waiting behind the decodes.
+  if (!waiting_.empty() && waiting_.front()->request.compute_whole_prompt) return plan;
   std::vector<Sequence*> continuing;
   for (Sequence* seq : running_) {
     if (!sample_row.count(seq->request.id)) return plan;
@@ -252,8 +256,7 @@ StepPlan Scheduler::step_ahead() {
     plan.sequences.back().fed_row = sample_row.at(seq->request.id);
     --budget;
   }
-  // Admissions, FIFO as in step(). A request that scores its prompt stops them: its step returns
-  // logits to the host, which a step planned ahead does not.
+  // Admissions, FIFO as in step(); one that scores its prompt ends them (above).
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_running) {
     Sequence& seq = *waiting_.front();
     if (seq.request.compute_whole_prompt || !try_admit(seq, budget, plan)) break;

@@ -23,8 +23,9 @@
 // the drawn one there), plus admissions. A request that then finishes on that token (a stop id, a
 // stop string, a cancel) has computed one position too many: that step's draw for it is dropped by
 // update(), its pages were released in between (the device queue runs the step before any later
-// one that may reuse them). step_ahead() never preempts and never plans a request that is sure to
-// stop (max_tokens reached); when it cannot plan it returns an empty plan and changes nothing.
+// one that may reuse them). step_ahead() never preempts, never plans a request that is sure to
+// stop (max_tokens reached), and leaves a prompt-scoring request at the queue's front to step();
+// when it cannot plan it returns an empty plan and changes nothing.
 //
 // No starvation: admission is strictly FIFO (the queue front blocks those behind it), preemption
 // takes the newest, and the oldest running request can always progress by preempting the rest,

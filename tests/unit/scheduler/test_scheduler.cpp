@@ -324,6 +324,27 @@ TEST(Scheduler, StepAheadPlansOnlyTheSteadyState) {
   h.expect_no_request_pages();
 }
 
+// A prompt-scoring request (compute_whole_prompt) waiting at the queue's front: its step returns
+// host logits, so step_ahead() leaves it to step() instead of planning the decodes ahead of it.
+TEST(Scheduler, StepAheadLeavesAPromptScoringRequestToStep) {
+  Harness h(16, kPageSize, {.max_batch_tokens = 16, .max_running = 4});
+  h.scheduler.submit(make_request(1, iota_tokens(3), 8));
+  h.step();  // the prompt, and a draw
+  StepPlan p = h.scheduler.step();  // a decode
+  Request scoring = make_request(2, iota_tokens(5, 10), 1);
+  scoring.compute_whole_prompt = true;
+  h.scheduler.submit(scoring);
+  EXPECT_TRUE(h.scheduler.step_ahead().empty());
+  h.record(h.scheduler.update(h.runner.run(p)));
+  StepPlan next = h.scheduler.step();  // admits it beside the decode
+  ASSERT_EQ(next.sequences.size(), 2u);
+  EXPECT_EQ(next.sequences[1].request_id, 2);
+  EXPECT_EQ(next.sequences[1].first_position, 0);  // the whole prompt is computed
+  h.record(h.scheduler.update(h.runner.run(next)));
+  while (!h.scheduler.idle()) h.step();
+  EXPECT_EQ(h.outputs[2], generate_alone(scoring));
+}
+
 // A full pool and a decode needing a page: step_ahead() returns nothing rather than preempt.
 TEST(Scheduler, StepAheadNeverPreempts) {
   Harness h(2, kPageSize, {.max_batch_tokens = 16, .max_running = 4}, /*prefix_cache=*/false);
