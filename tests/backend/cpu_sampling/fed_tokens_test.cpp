@@ -9,29 +9,14 @@
 
 #include "backend/backend.h"
 #include "backend/step_plan.h"
+#include "backend/cpu_sampling/fed_steps.h"
 #include "common/error.h"
 
 namespace nibble::backend {
 namespace {
 
-// Logits rows whose greedy draws are `ids` (row r peaks at ids[r]).
-std::vector<float> peaked_rows(const std::vector<int32_t>& ids, int64_t vocab) {
-  std::vector<float> logits(ids.size() * static_cast<size_t>(vocab), 0.0f);
-  for (size_t r = 0; r < ids.size(); ++r) logits[r * static_cast<size_t>(vocab) + static_cast<size_t>(ids[r])] = 5.0f;
-  return logits;
-}
-
-// A step of three one-token sequences at position 3 (one page each): the first two fed from
-// sample rows `fed_a` and `fed_b`, the third an explicit token 11.
-StepPlan fed_plan(int32_t fed_a, int32_t fed_b) {
-  static const int32_t placeholder = -1, explicit_token = 11;
-  static const int32_t pages[3] = {0, 1, 2};
-  const std::vector<SequenceStep> steps = {
-      {.first_position = 3, .tokens = {&placeholder, 1}, .pages = {&pages[0], 1}, .fed_row = fed_a},
-      {.first_position = 3, .tokens = {&placeholder, 1}, .pages = {&pages[1], 1}, .fed_row = fed_b},
-      {.first_position = 3, .tokens = {&explicit_token, 1}, .pages = {&pages[2], 1}}};
-  return make_step_plan(steps, 16, 3);
-}
+using test::fed_plan;
+using test::peaked_rows;
 
 // Fed tokens (SequenceStep::fed_row) on the CPU backend: plan() reads the last sample_launch's draws;
 // sample_wait() returns them; misuse is rejected.

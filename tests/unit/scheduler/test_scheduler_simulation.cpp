@@ -121,23 +121,30 @@ SimulationResult simulate(const SimulationParams& p) {
   return {.stats = h.scheduler.stats(), .steps = step, .ahead_plans = ahead_plans};
 }
 
+// Also stepped as the engine overlaps host work with the device (overlap: step_ahead plans the next
+// step while the last one's draws are in flight, fed those draws): the same outputs.
 TEST(SchedulerSimulation, SharedPrefixesThroughATinyPoolMatchSoloRuns) {
-  int64_t preemptions = 0;
-  int64_t hits = 0;
-  for (uint32_t seed = 1; seed <= 6; ++seed) {
-    SCOPED_TRACE(::testing::Message() << "seed " << seed);
-    const SimulationResult r = simulate({.seed = seed,
-                                         .num_pages = 14,
-                                         .page_size = 4,
-                                         .max_batch_tokens = 24,
-                                         .max_running = 6,
-                                         .num_requests = 60});
-    EXPECT_EQ(r.stats.finished, 60);
-    preemptions += r.stats.preemptions;
-    hits += r.stats.prefix_hit_tokens;
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "overlap " << overlap);
+    int64_t preemptions = 0, hits = 0, ahead = 0;
+    for (uint32_t seed = 1; seed <= 6; ++seed) {
+      SCOPED_TRACE(::testing::Message() << "seed " << seed);
+      const SimulationResult r = simulate({.seed = seed,
+                                           .num_pages = 14,
+                                           .page_size = 4,
+                                           .max_batch_tokens = 24,
+                                           .max_running = 6,
+                                           .num_requests = 60,
+                                           .overlap = overlap});
+      EXPECT_EQ(r.stats.finished, 60);
+      preemptions += r.stats.preemptions;
+      hits += r.stats.prefix_hit_tokens;
+      ahead += r.ahead_plans;
+    }
+    EXPECT_GT(preemptions, 0) << "the pool was meant to be too small: preemption never happened";
+    EXPECT_GT(hits, 0) << "shared prompt stems never hit the prefix cache";
+    if (overlap) EXPECT_GT(ahead, 100) << "steps were hardly ever planned ahead";
   }
-  EXPECT_GT(preemptions, 0) << "the pool was meant to be too small: preemption never happened";
-  EXPECT_GT(hits, 0) << "shared prompt stems never hit the prefix cache";
 }
 
 TEST(SchedulerSimulation, WithoutThePrefixCacheTheSameOutputs) {
@@ -167,41 +174,22 @@ TEST(SchedulerSimulation, PageSizeOneAndLargePages) {
   }
 }
 
+// Overlapped, the cancellations also come while a plan made ahead is in flight.
 TEST(SchedulerSimulation, CancellationsAmidPreemptionLeakNothing) {
-  for (uint32_t seed = 11; seed <= 14; ++seed) {
-    SCOPED_TRACE(::testing::Message() << "seed " << seed);
-    const SimulationResult r = simulate({.seed = seed,
-                                         .num_pages = 14,
-                                         .page_size = 4,
-                                         .max_batch_tokens = 24,
-                                         .max_running = 6,
-                                         .num_requests = 50,
-                                         .cancel_some = true});
-    EXPECT_GT(r.stats.cancelled, 0);
+  for (const bool overlap : {false, true}) {
+    for (uint32_t seed = 11; seed <= 14; ++seed) {
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << ", overlap " << overlap);
+      const SimulationResult r = simulate({.seed = seed,
+                                           .num_pages = 14,
+                                           .page_size = 4,
+                                           .max_batch_tokens = 24,
+                                           .max_running = 6,
+                                           .num_requests = 50,
+                                           .cancel_some = true,
+                                           .overlap = overlap});
+      EXPECT_GT(r.stats.cancelled, 0);
+    }
   }
-}
-
-// The same requests stepped as the engine overlaps host work with the device (step_ahead: the next
-// plan made while the last one's draws are in flight, fed those draws): the same outputs, no leak,
-// through preemption, cancellations while a plan is in flight, stop ids and max_tokens.
-TEST(SchedulerSimulation, PlanningAheadGivesTheSameOutputs) {
-  int64_t ahead = 0;
-  int64_t preemptions = 0;
-  for (uint32_t seed = 21; seed <= 26; ++seed) {
-    SCOPED_TRACE(::testing::Message() << "seed " << seed);
-    const SimulationResult r = simulate({.seed = seed,
-                                         .num_pages = 14,
-                                         .page_size = 4,
-                                         .max_batch_tokens = 24,
-                                         .max_running = 6,
-                                         .num_requests = 50,
-                                         .cancel_some = seed % 2 == 0,
-                                         .overlap = true});
-    ahead += r.ahead_plans;
-    preemptions += r.stats.preemptions;
-  }
-  EXPECT_GT(ahead, 100) << "steps were hardly ever planned ahead";
-  EXPECT_GT(preemptions, 0) << "the pool was meant to be too small: preemption never happened";
 }
 
 // A large request behind a never-ending stream of small ones: FIFO admission must get it in
