@@ -59,6 +59,15 @@ struct Engine::Live {
   Usage usage;
 };
 
+// A step whose forward pass is launched and whose tokens are drawn, or being drawn, on the device:
+// its plan, the backend's steps and sampling requests (built when its draws are launched).
+struct Engine::InFlight {
+  scheduler::StepPlan plan;
+  std::vector<backend::SequenceStep> steps;  // spans into plan
+  backend::Tensor logits;                    // [steps.size(), vocab] on the backend, until the next step
+  std::vector<backend::SampleRequest> requests;
+};
+
 namespace {
 
 FinishReason from_scheduler(scheduler::FinishReason reason) {
@@ -96,7 +105,7 @@ Engine::Engine(runtime::LoadedModel model, Tokenizer tokenizer, const EngineOpti
   thread_ = std::thread([this] { loop(); });
 }
 
-Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }  // after in_flight_'s type is complete
+Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
 
 void Engine::validate(const GenerationRequest& r) const {
   const auto reject = [](RejectReason reason, const std::string& message) { throw RequestRejected(reason, message); };
@@ -284,15 +293,6 @@ void Engine::take_handovers() {
     if (live_.count(id)) end_request(id, FinishReason::kCancelled);
   }
 }
-
-// A step whose forward pass is launched and whose tokens are drawn, or being drawn, on the device:
-// its plan, the backend's steps and sampling requests (built when its draws are launched).
-struct Engine::InFlight {
-  scheduler::StepPlan plan;
-  std::vector<backend::SequenceStep> steps;  // spans into plan
-  backend::Tensor logits;                    // [steps.size(), vocab] on the backend, until the next step
-  std::vector<backend::SampleRequest> requests;
-};
 
 void Engine::run_step() {
   scheduler::Scheduler& sched = core_->scheduler;
