@@ -12,10 +12,9 @@
 //   timing     wall clock per step (plan, launches or graph replay, then the token sampled on the
 //              device or the logits copied back: the latency a caller sees), median over --steps
 //              steps after 3 warm-up steps (eager, capture, replay);
-//   modes      (default 9, 6, 0, 1, 2, 3) 0..5: CUDA graph + GEMV with the logits copied back, eager, graph +
-//              cuBLAS, graph + GEMV without
-//              programmatic dependent launch (gemv.h), graph + GEMV with RoPE and the KV write as
-//              two plain launches (CudaBackend::set_small_op_fusion(false): the state before), graph +
+//   modes      (default 9, 6, 0, 1, 2, 3) 0..5: CUDA graph + GEMV with the logits copied back,
+//              eager, graph + cuBLAS, graph + GEMV without programmatic dependent launch (gemv.h),
+//              graph + GEMV with RoPE and the KV write as two plain launches (CudaBackend::set_small_op_fusion(false): the state before), graph +
 //              GEMV with the split merge's early trigger off (CudaBackend::set_merge_early_trigger),
 //              graph + GEMV with the token drawn on the device (greedy, runtime::run_forward_step_sampled:
 //              the engine's generation step without overlap, a few bytes back instead of the
@@ -48,8 +47,9 @@
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
 //          RoPE and KV write unfused, 5 graph + GEMV, the decode merge triggering the o GEMV at its
 //          end instead of its start, 6 graph + GEMV, the token sampled on the device (as the engine
-//          generates with EngineOptions::overlap off; modes 0-5 copy the logits to the host), 7 as 6 with every KV copy of the
-//          decode attention after its wait for the KV write, 8 as 6 with the decode blocks not
+//          generates with EngineOptions::overlap off; modes 0-5 copy the logits to the host), 7 as
+//          6 with every KV copy of the decode attention after its wait for the KV write, 8 as 6
+//          with the decode blocks not
 //          spread (as many per SM as fit: CudaBackend::set_decode_spread_blocks(false)), 9 as 6
 //          overlapped as the engine runs it (EngineOptions::overlap): each step launched, its token
 //          fed from the previous step's draw on the device, before that draw is read back; the

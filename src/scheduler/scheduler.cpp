@@ -227,13 +227,13 @@ StepPlan Scheduler::step_ahead() {
   for (const Pending& p : outstanding_.front()) {
     if (p.samples) sample_row.emplace(p.id, rows++);
   }
-  // The steady state only: every running request sampled in that plan, so each continues with
-  // exactly the token being drawn (a prompt still in chunks, or a request the budget left out,
-  // waits for update()). One sure to stop on that draw (max_tokens) is not continued.
   // A request at the queue's front that scores its prompt is admitted by step() (its step returns
   // logits to the host, which a step planned ahead does not): planning ahead now would keep it
   // waiting behind the decodes.
   if (!waiting_.empty() && waiting_.front()->request.compute_whole_prompt) return plan;
+  // The steady state only: every running request sampled in that plan, so each continues with
+  // exactly the token being drawn (a prompt still in chunks, or a request the budget left out,
+  // waits for update()). One sure to stop on that draw (max_tokens) is not continued.
   std::vector<Sequence*> continuing;
   for (Sequence* seq : running_) {
     if (!sample_row.count(seq->request.id)) return plan;
