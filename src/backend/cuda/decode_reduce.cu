@@ -16,6 +16,17 @@ namespace {
 // merge of a sequence's head chunk then falls to one block, 2-4 dependent L2 round trips over 16-32
 // items, where this kernel spreads the heads over up to 32 blocks per sequence. (The merge's whole
 // cost, timed by leaving it out: 0.8-1.8 us at 1 x 1K, ~4 us at 8 x 32K nvfp4.)
+// Also tried (H200, 2026-12-01, tenth session): the merge in the decode kernel through thread block
+// clusters. A plan whose every sequence had the same 2-16 items launched one cluster per (sequence,
+// head chunk), the items in rank order; after a cluster barrier block r merged heads r, r + S, ...
+// reading the other blocks' output rows and lse through distributed shared memory (rotation in the
+// block, a second barrier before exit). Correct (every decode test passed, with a new test against
+// the merge kernel at 2-16 items, batch 3, group 16, rotated), and no merge kernel in the 8B step,
+// but no faster: a cluster starts only when its GPC has room for all its blocks, so the decode
+// blocks, which otherwise become resident SM by SM as the q/k/v product's blocks exit, started ~3 us
+// later (lead 5.9 -> 2.8 us) and the decode link grew 6.1 -> 8.7 us, the removed merge's 2.3 us.
+// Engine step (overlapped), cluster / merge kernel, ms/token: bf16 1K 4.218 / 4.215-4.223, 4K
+// 4.41 / 4.34, nvfp4 1K 4.30 / 4.30, 4K 4.42 / 4.44.
 constexpr int kReduceWarps = 4;
 constexpr int kReduceThreads = 32 * kReduceWarps;
 constexpr int kBatch = 8;  // partial rows in flight per warp in pass 2

@@ -123,6 +123,23 @@ struct Config {
 // fewest blocks with the same rows per warp (128 instead of 132 blocks for every 8B layer product:
 // no warp a row short): 4.312 / 4.312 -> 4.292 / 4.289, then 4.309 / 4.303 -> 4.365 / 4.364 ms,
 // within the spread between processes.
+// The staging of x after the wait (H200, 2026-12-01, tenth session; the engine's overlapped step,
+// bench_model_decode --modes 9, bf16 KV, ms/token at 1K / 32K, each variant against this code in
+// the same call): the staging loop issues one entry's loads per iteration and the fused norm's sums
+// four loads at a time, so the norm products wait on ~6 dependent L2 round trips and the down
+// product on 4 while DRAM streams only the two batches issued above. Issuing every load of a group
+// first (x and the norm weight of two entries, the sums' 16 loads at once): the products' links fell
+// (gate/up 58.9 -> 58.1-58.4 us, down 31.2 -> 30.2-30.5) but the attention chain after q/k/v rose
+// (decode 6.1 -> 6.4-7.4 us, merge 2.3 -> 2.6-3.3): 4.239 / 5.245 -> 4.230 / 5.193 with the change
+// for gate/up and down only, 4.234 / 5.237 for gate/up only, 4.265-4.285 / 5.22-5.24 for every
+// product (128 registers: the KV write's block no longer fits beside this one and starts late; or
+// capped at 112 by __maxnreg__, or the norm weight staged by cp.async before the wait). Not adopted:
+// +-0.3% at 1K, -0.3..-0.8% at 32K, within the spread between machines.
+// A lean q/k/v build (80 registers, 4 chunks per lane per batch), so that decode attention blocks
+// (bf16 d128: 164 registers x 128 threads) become resident beside it and copy their pages early:
+// they did (decode lead 5.9 -> 17.4 us), but the decode's link stayed 6.1-6.4 us after the KV write
+// and q/k/v streamed slower (14.1 -> 17.2 us): bf16 1K 4.244 -> 4.313-4.320, 32K 5.25 -> 5.34,
+// nvfp4 32K 4.715 -> 4.797 (same call).
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;

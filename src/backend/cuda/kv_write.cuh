@@ -285,6 +285,12 @@ __device__ __forceinline__ float exact_reciprocal_or_zero(float g) {
   return pow2 ? __uint_as_float((254u - exponent) << 23) : 0.0f;
 }
 
+// In the 8B batch-1 step the nvfp4 write's link (its end after the q/k/v product's) is 2.8 us against
+// fp8's 1.3 (H200, 2026-12-01); by instruction count the nvfp4 arithmetic after the wait adds ~1000
+// cycles (0.5 us). Tried: running the code after the wait once on dummy data before it (a two-pass
+// loop, stores to shared memory), in case the gap were cold instruction fetches: nvfp4 2.82 -> 2.82
+// us, fp8 1.28 -> 2.56, the decode after it 0.25-0.5 us shorter; the step fp8 4.238 -> 4.267, nvfp4
+// 4.329 -> 4.307 ms. Reverted; the cause is not known.
 // Block roles (grid.x = 2·kv_blocks + q_blocks, kv_write.cu): K's vectors, then V's, then q's
 // (RoPE only: rotated in place, nothing stored in the pool). R: the nvfp4 block-scale rule
 // (p.nvfp4_scale_rule), a template parameter so that the default amax/6 kernel carries none of

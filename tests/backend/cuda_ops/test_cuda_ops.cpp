@@ -242,9 +242,10 @@ TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
 // narrow (<= 1024 columns: one warp per row) and a wide hidden size: against the CPU's rms_norm then
 // products (1e-2: the CPU multiplies the f32 normalized rows, the GPU their bf16 rounding), and
 // against the CUDA backend's own rms_norm then products: bit for bit (the same sums in the same
-// order).
+// order). 4104 columns take the kernel's 16-load batches of the sums and a tail, and at 3 and 8 rows
+// more than one staging group per thread.
 TEST_F(CudaOps, FusedInputNormMatchesRmsNormThenProducts) {
-  for (const int64_t hidden : {520, 1032}) {
+  for (const int64_t hidden : {520, 1032, 4104}) {
     const int64_t qw = 136, kvw = 40, inter = 264;
     const std::vector<float> wq = round_bf16(random_floats(qw * hidden, rng, 0.05f));
     const std::vector<float> wk = round_bf16(random_floats(kvw * hidden, rng, 0.05f));
@@ -263,7 +264,7 @@ TEST_F(CudaOps, FusedInputNormMatchesRmsNormThenProducts) {
     const Matrix cu = cpu.upload_matrix(wu.data(), inter, hidden, owners[7]);
     const Vector ggain = gpu->upload_vector(gain.data(), hidden, owners[8]);
     const float eps = 1e-5f;
-    for (const int64_t rows : {1, 3}) {
+    for (const int64_t rows : {1, 3, 8}) {
       const std::vector<float> x = random_floats(rows * hidden, rng);
       auto gx = upload(*gpu, x, rows, hidden);
       auto gh = upload(*gpu, std::vector<float>(rows * hidden, NAN), rows, hidden);
