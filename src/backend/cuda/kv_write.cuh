@@ -290,7 +290,10 @@ __device__ __forceinline__ float exact_reciprocal_or_zero(float g) {
 // cycles (0.5 us). Tried: running the code after the wait once on dummy data before it (a two-pass
 // loop, stores to shared memory), in case the gap were cold instruction fetches: nvfp4 2.82 -> 2.82
 // us, fp8 1.28 -> 2.56, the decode after it 0.25-0.5 us shorter; the step fp8 4.238 -> 4.267, nvfp4
-// 4.329 -> 4.307 ms. Reverted; the cause is not known.
+// 4.329 -> 4.307 ms. Nor are the scale stores it (8 bytes of a 32-byte sector, the rest other
+// tokens' scales, so a store that misses L2 might wait for the sector): the sector prefetched into L2
+// (prefetch.global.L2) before the wait left the link at 2.82 us and the step within 0.3%. Reverted;
+// the cause is not known.
 // Block roles (grid.x = 2·kv_blocks + q_blocks, kv_write.cu): K's vectors, then V's, then q's
 // (RoPE only: rotated in place, nothing stored in the pool). R: the nvfp4 block-scale rule
 // (p.nvfp4_scale_rule), a template parameter so that the default amax/6 kernel carries none of
