@@ -22,11 +22,12 @@ namespace {
 // reading the other blocks' output rows and lse through distributed shared memory (rotation in the
 // block, a second barrier before exit). Correct (every decode test passed, with a new test against
 // the merge kernel at 2-16 items, batch 3, group 16, rotated), and no merge kernel in the 8B step,
-// but no faster: a cluster starts only when its GPC has room for all its blocks, so the decode
-// blocks, which otherwise become resident SM by SM as the q/k/v product's blocks exit, started ~3 us
-// later (lead 5.9 -> 2.8 us) and the decode link grew 6.1 -> 8.7 us, the removed merge's 2.3 us.
-// Engine step (overlapped), cluster / merge kernel, ms/token: bf16 1K 4.218 / 4.215-4.223, 4K
-// 4.41 / 4.34, nvfp4 1K 4.30 / 4.30, 4K 4.42 / 4.44.
+// but no faster where it ran: a cluster starts only when its GPC has room for all its blocks, so
+// the decode blocks, which otherwise become resident SM by SM as the q/k/v product's blocks exit,
+// started ~3 us later (lead 5.9 -> 2.8 us) and the decode link grew 6.1 -> 8.7 us, more than the
+// removed merge's 2.3 (8B step at 1K, its first step: from 1025 tokens the plan has 17 items, past
+// the largest cluster, 16). Engine step (overlapped) at 4K, 16 items per step, cluster / merge
+// kernel, ms/token: bf16 4.41 / 4.34, nvfp4 4.42 / 4.44.
 constexpr int kReduceWarps = 4;
 constexpr int kReduceThreads = 32 * kReduceWarps;
 constexpr int kBatch = 8;  // partial rows in flight per warp in pass 2
