@@ -27,7 +27,8 @@ namespace {
 // started ~3 us later (lead 5.9 -> 2.8 us) and the decode link grew 6.1 -> 8.7 us, more than the
 // removed merge's 2.3 (8B step at 1K, its first step: from 1025 tokens the plan has 17 items, past
 // the largest cluster, 16). Engine step (overlapped) at 4K, 16 items per step, cluster / merge
-// kernel, ms/token: bf16 4.41 / 4.34, nvfp4 4.42 / 4.44.
+// kernel, ms/token: bf16 4.41 / 4.34, nvfp4 4.42 / 4.44; at 960 tokens (16 items of 64 every step)
+// bf16 4.294 / 4.259, nvfp4 4.337 / 4.341; 16K a tie.
 constexpr int kReduceWarps = 4;
 constexpr int kReduceThreads = 32 * kReduceWarps;
 constexpr int kBatch = 8;  // partial rows in flight per warp in pass 2
