@@ -242,8 +242,8 @@ TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
 // narrow (<= 1024 columns: one warp per row) and a wide hidden size: against the CPU's rms_norm then
 // products (1e-2: the CPU multiplies the f32 normalized rows, the GPU their bf16 rounding), and
 // against the CUDA backend's own rms_norm then products: bit for bit (the same sums in the same
-// order). 4104 columns take the kernel's 16-load batches of the sums and a tail, and at 3 and 8 rows
-// more than one staging group per thread.
+// order). 4104 columns: a wide row where 8 threads take a 17th value (4104 = 16·256 + 8), and at 3
+// and 8 rows each thread stages several 8-value entries (rows·k/8 > the block's 512 threads).
 TEST_F(CudaOps, FusedInputNormMatchesRmsNormThenProducts) {
   for (const int64_t hidden : {520, 1032, 4104}) {
     const int64_t qw = 136, kvw = 40, inter = 264;
