@@ -35,8 +35,8 @@ constexpr int kBatch = 8;  // partial rows in flight per warp in pass 2
 
 // Merges a split sequence's partial outputs: out = g_v · Σ_i 2^(lse_i - m) o_i / Σ_i 2^(lse_i - m),
 // rotated back when the cache is rotated. grid (num_seqs, num_q_heads), block kReduceThreads: the
-// kernel for plans of more than kFewItems items per sequence (decode_reduce_few_kernel below takes
-// the rest).
+// kernel for plans of more than kFewItems items per sequence (kFewItemsWide at head_dim <= 128);
+// decode_reduce_few_kernel below takes the rest.
 //
 // Latency, not bandwidth, bounds it (a sequence's partials are a few KiB, in L2), so every load of
 // one pass is independent of the others: pass 1, each thread folds the log2-sum-exps of items
@@ -162,15 +162,24 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(DecodeKer
   }
 }
 
-// The merge of sequences split into at most kFewItems items: one warp per query head, 4 heads per
+// The merge of sequences split into at most kItems items: one warp per query head, 4 heads per
 // block, grid (num_seqs, ceil(num_q_heads / 4)). Lane i holds item i's lse; each lane adds its float4
-// pieces (lane, lane + 32) of every item's row, all loads of the warp issued at once. The block per
-// head above left 3 of its 4 warps idle at 2 items: a plan of 2 items at 32 x 2K GQA 8 launched 2048
-// merge blocks and took nvfp4 43.1 us, against 40.9 unsplit. This kernel (H200, 2026-11-30, graph
+// pieces (lane, lane + 32, ...: kPiecesPerLane of them, 32·kPiecesPerLane >= head_dim / 4) of every
+// item's row, all loads of the warp issued at once. The block per head above left 3 of its 4 warps
+// idle at 2 items: a plan of 2 items at 32 x 2K GQA 8 launched 2048 merge blocks and took nvfp4 43.1
+// us, against 40.9 unsplit. This kernel (H200, 2026-11-30, graph
 // replays, bf16 / fp8 / nvfp4 us): 32 x 2K GQA 8 75.4 / 40.8 / 43.1 -> 75.4 / 40.9 / 37.1, GQA 4
 // nvfp4 38.8 -> 36.3; 8 x 1K GQA 8 17.3 / 14.0 / 13.5 -> 15.3 / 12.3 / 11.8; 16 x 1K GQA 8 26.9 /
 // 18.9 / 18.4 -> 23.6 / 15.5 / 15.2; 32 x 4K GQA 8 nvfp4 66.8 -> 60.7; unchanged above 8 items.
+// Its wide build (kItems = kFewItemsWide, one float4 per lane: head_dim <= 128) takes the plans of
+// 9-16 items per sequence that the block per head took before: a batch-1 step up to 1K tokens (items
+// of 64). 8B batch-1 step at 960 tokens, 16 items (H200, 2026-12-01, one call, two runs each,
+// ms/token): bf16 4.244 / 4.235 -> 4.193 / 4.195, nvfp4 4.332 / 4.333 -> 4.250 / 4.253; at 1024
+// tokens (17 items from the second step: the block kernel) unchanged. 32 items (1-2K tokens) would
+// take 107 registers, no spill; not measured yet.
 constexpr int kFewItems = 8;
+constexpr int kFewItemsWide = 16;
+template <int kItems, int kPiecesPerLane>
 __global__ void __launch_bounds__(kReduceThreads) decode_reduce_few_kernel(DecodeKernelArgs a, int head_dim) {
   extern __shared__ float4 smem_f4[];
   float* rows = reinterpret_cast<float*>(smem_f4);  // [kReduceWarps][head_dim]: the rotated path only
@@ -187,13 +196,13 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_few_kernel(Decod
   const int pieces = head_dim / 4;          // 16, 32 or 64 float4 per row
   const float4* partial = reinterpret_cast<const float4*>(a.partial_out);
 
-  float4 row_b[kFewItems][2];
+  float4 row_b[kItems][kPiecesPerLane];
 #pragma unroll
-  for (int u = 0; u < kFewItems; ++u) {
+  for (int u = 0; u < kItems; ++u) {
     const int64_t item = first + (u < n ? u : 0);
     const float4* row = partial + (item * num_q_heads + (active ? head : 0)) * pieces;
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kPiecesPerLane; ++k) {
       const int p = lane + 32 * k;
       row_b[u][k] = active && u < n && p < pieces ? row[p] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
@@ -208,37 +217,41 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_few_kernel(Decod
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) l += __shfl_xor_sync(0xFFFFFFFFu, l, off);
 
-  float4 acc[2] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f), make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+  float4 acc[kPiecesPerLane];
 #pragma unroll
-  for (int u = 0; u < kFewItems; ++u) {
+  for (int k = 0; k < kPiecesPerLane; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int u = 0; u < kItems; ++u) {
     const float w = __shfl_sync(0xFFFFFFFFu, weight, u);  // 0 past the last item
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kPiecesPerLane; ++k) {
       const float4 v = row_b[u][k];
       acc[k].x += w * v.x, acc[k].y += w * v.y, acc[k].z += w * v.z, acc[k].w += w * v.w;
     }
   }
   const float inv_l = active ? 1.0f / l : 0.0f;
 #pragma unroll
-  for (int k = 0; k < 2; ++k) acc[k].x *= inv_l, acc[k].y *= inv_l, acc[k].z *= inv_l, acc[k].w *= inv_l;
+  for (int k = 0; k < kPiecesPerLane; ++k) {
+    acc[k].x *= inv_l, acc[k].y *= inv_l, acc[k].z *= inv_l, acc[k].w *= inv_l;
+  }
   const float out_mult = a.v_global_scale * (a.rotate ? rsqrtf(static_cast<float>(head_dim)) : 1.0f);
   float4* out = reinterpret_cast<float4*>(a.out + (static_cast<int64_t>(seq) * num_q_heads + head) * head_dim);
   if (a.rotate) {  // block-uniform: the inverse rotation of the 4 merged rows in shared memory
     float4* mine = reinterpret_cast<float4*>(rows + warp * head_dim);
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kPiecesPerLane; ++k) {
       if (lane + 32 * k < pieces) mine[lane + 32 * k] = acc[k];
     }
     __syncthreads();
     hadamard_rows_smem(rows, kReduceWarps, head_dim);  // ends with a barrier
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kPiecesPerLane; ++k) {
       if (lane + 32 * k < pieces) acc[k] = mine[lane + 32 * k];
     }
   }
   if (!active) return;
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < kPiecesPerLane; ++k) {
     const int p = lane + 32 * k;
     if (p < pieces) {
       out[p] = make_float4(acc[k].x * out_mult, acc[k].y * out_mult, acc[k].z * out_mult, acc[k].w * out_mult);
@@ -253,7 +266,7 @@ void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_d
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
     throw_unsupported("decode reduce", "head_dim", "64, 128, 256", head_dim);
   }
-  const bool few = max_items <= kFewItems;
+  const bool few = max_items <= kFewItems || (max_items <= kFewItemsWide && head_dim <= 128);
   cudaLaunchConfig_t config = {};
   const int head_blocks = few ? (args.num_q_heads + kReduceWarps - 1) / kReduceWarps : args.num_q_heads;
   config.gridDim = dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(head_blocks));
@@ -265,8 +278,10 @@ void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_d
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = programmatic ? 1 : 0;
-  if (few) {
-    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_few_kernel, args, head_dim));
+  if (max_items <= kFewItems) {
+    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_few_kernel<kFewItems, 2>, args, head_dim));
+  } else if (few) {
+    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_few_kernel<kFewItemsWide, 1>, args, head_dim));
   } else {
     NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_kernel, args, head_dim));
   }
