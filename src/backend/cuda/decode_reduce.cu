@@ -171,14 +171,16 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(DecodeKer
 // replays, bf16 / fp8 / nvfp4 us): 32 x 2K GQA 8 75.4 / 40.8 / 43.1 -> 75.4 / 40.9 / 37.1, GQA 4
 // nvfp4 38.8 -> 36.3; 8 x 1K GQA 8 17.3 / 14.0 / 13.5 -> 15.3 / 12.3 / 11.8; 16 x 1K GQA 8 26.9 /
 // 18.9 / 18.4 -> 23.6 / 15.5 / 15.2; 32 x 4K GQA 8 nvfp4 66.8 -> 60.7; unchanged above 8 items.
-// Its wide build (kItems = kFewItemsWide, one float4 per lane: head_dim <= 128) takes the plans of
-// 9-16 items per sequence that the block per head took before: a batch-1 step up to 1K tokens (items
-// of 64). 8B batch-1 step at 960 tokens, 16 items (H200, 2026-12-01, one call, two runs each,
-// ms/token): bf16 4.244 / 4.235 -> 4.193 / 4.195, nvfp4 4.332 / 4.333 -> 4.250 / 4.253; at 1024
-// tokens (17 items from the second step: the block kernel) unchanged. 32 items (1-2K tokens) would
-// take 107 registers, no spill; not measured yet.
+// Its wide build (kItems = kFewItemsWide, one float4 per lane: head_dim <= 128, 107 registers, no
+// spill) takes the plans of 9-32 items per sequence that the block per head took before: a batch-1
+// step up to 2K tokens (items of 64). 8B batch-1 step (H200, ms/token, one call, two runs each):
+// with 16 items (2026-12-01, tenth session) at 960 tokens bf16 4.244 / 4.235 -> 4.193 / 4.195,
+// nvfp4 4.332 / 4.333 -> 4.250 / 4.253, and 1024 tokens (17 items from the second step) unchanged;
+// then 32 items against 16 (eleventh session): bf16 960 / 1024 / 2048 4.225 / 4.233 / 4.301 and
+// 4.227 / 4.230 / 4.297 -> 4.218 / 4.227 / 4.292 and 4.215 / 4.217 / 4.287, nvfp4 4.281 / 4.276 /
+// 4.399 and 4.279 / 4.279 / 4.400 -> 4.271 / 4.268 / 4.384 and 4.270 / 4.269 / 4.371.
 constexpr int kFewItems = 8;
-constexpr int kFewItemsWide = 16;
+constexpr int kFewItemsWide = 32;
 template <int kItems, int kPiecesPerLane>
 __global__ void __launch_bounds__(kReduceThreads) decode_reduce_few_kernel(DecodeKernelArgs a, int head_dim) {
   extern __shared__ float4 smem_f4[];

@@ -416,6 +416,24 @@ TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
   }
 }
 
+// The split merge has three builds, chosen by the plan's most items per sequence (decode_reduce.cu):
+// a warp per head up to 8 items, its wide build up to 32 at head_dim <= 128, a block per head above.
+// Items of 64 tokens give each count on both sides of both boundaries, with and without rotation.
+TEST(CudaDecodeMerge, EveryBuildAtItsItemBoundaries) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (KvDtype dtype : {KvDtype::kBF16, KvDtype::kNVFP4}) {
+    for (int head_dim : {64, 128, 256}) {
+      for (int items : {2, 8, 9, 16, 17, 31, 32, 33}) {
+        for (Rotation rotation : {Rotation::kNone, Rotation::kHadamard}) {
+          run_and_compare({.dtype = dtype, .head_dim = head_dim, .kv_heads = 2, .group = 4, .page_size = 32,
+                           .seq_lens = {64 * items - 5, 3}, .rotation = rotation, .chunk_variants = {64}});
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // The engine's order: the merge triggers early and the o product, launched programmatically, waits
 // for it (the split plans of 64-token items merge up to 16 partials; the heuristic's may not split).
 TEST(CudaDecodeEarlyDependents, AProgrammaticProductBehindTheMergeReadsItsOutput) {
