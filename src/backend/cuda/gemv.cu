@@ -140,6 +140,26 @@ struct Config {
 // they did (decode lead 5.9 -> 17.4 us), but the decode's link stayed 6.1-6.4 us after the KV write
 // and q/k/v streamed slower (14.1 -> 17.2 us): bf16 1K 4.244 -> 4.313-4.320, 32K 5.25 -> 5.34,
 // nvfp4 32K 4.715 -> 4.797 (same call).
+// The MLP as one kernel (H200, 2026-12-01, eleventh session): block b computes the gate/up rows of
+// its slice of the intermediate axis (~109 rows), keeps their SwiGLU outputs in shared memory, reads
+// W_down's columns of that slice for a partial of every output, and the 132 partials meet in a
+// cross-block sum; no boundary between gate/up and down, and no staging of the 14336-wide SwiGLU
+// output. Scratch program, 32 layers' MLPs in one graph, us/layer against these two products' 87-89:
+// partials stored but not summed 80.5-81.9, summed by f32 vector atomics 80.4-81.8 (the order of the
+// adds varies: decode would stop being deterministic), by int64 fixed-point atomics (exact, so
+// deterministic; 2^-32 units) 82.8 with W_down stored transposed and 84.5 in its own layout (224-byte
+// pieces of every row); turning the sum back into the residual in the kernel's last block costs 2.8
+// more (the fence, the arrival counter, one block's pass). In the engine, with the sum left pending
+// for the next products (the q/k/v product read x + sum, the o product's epilogue folded it in and
+// cleared it): bf16 1K 4.21 -> 4.78 ms/token. Timeline: the MLP kernel 95.5 us against 58.9 + 30.7
+// (runtime shapes: a copy with hidden and inter as constants 86.2, the scratch kernel 82.9), the o
+// product 9.5 -> 17.2 (its epilogue's load and clear of the sum, +8.5 us; either alone costs
+// nothing), q/k/v 14.6 -> 16.4 (the fold of the sum before its norm). At best ~1.5 us per layer:
+// not adopted.
+// Also (same session): the staging's loops unrolled (#pragma unroll 8 on the norm's sums, 4 on the
+// staging; gate/up and the down product only, 115/121 registers) so their loads issue together:
+// slower, ms/token at 1K / 32K over three runs each, bf16 4.218-4.221 / 5.233-5.235 -> 4.251-4.264 /
+// 5.300-5.312, nvfp4 4.262-4.271 / 4.708-4.721 -> 4.288-4.302 / 4.767-4.780.
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;

@@ -293,7 +293,10 @@ __device__ __forceinline__ float exact_reciprocal_or_zero(float g) {
 // 4.329 -> 4.307 ms. Nor are the scale stores it (8 bytes of a 32-byte sector, the rest other
 // tokens' scales, so a store that misses L2 might wait for the sector): the sector prefetched into L2
 // (prefetch.global.L2) before the wait left the link at 2.82 us and the step within 0.3%. Reverted;
-// the cause is not known.
+// the cause is not known. Nsight Compute on the eager kernel (same shapes, caches flushed, eleventh
+// session): fp8 5.44 us (8.1k cycles), nvfp4 5.92-6.24 us (8.8-9.3k cycles), the same 45 registers
+// and 0.07-0.09 issued warps per scheduler: alone, nvfp4 costs the ~1000 cycles its arithmetic
+// explains; the in-graph gap is twice that.
 // Block roles (grid.x = 2·kv_blocks + q_blocks, kv_write.cu): K's vectors, then V's, then q's
 // (RoPE only: rotated in place, nothing stored in the pool). R: the nvfp4 block-scale rule
 // (p.nvfp4_scale_rule), a template parameter so that the default amax/6 kernel carries none of
