@@ -160,6 +160,14 @@ struct Config {
 // staging; gate/up and the down product only, 115/121 registers) so their loads issue together:
 // slower, ms/token at 1K / 32K over three runs each, bf16 4.218-4.221 / 5.233-5.235 -> 4.251-4.264 /
 // 5.300-5.312, nvfp4 4.262-4.271 / 4.708-4.721 -> 4.288-4.302 / 4.767-4.780.
+// And the o product's whole share of W in flight before the wait: a one-row kernel whose block
+// issued all of its ~31 rows there (25 by cp.async.bulk into shared memory on one mbarrier, the
+// rest one per warp in registers; sums bit-identical to this kernel's). Its link fell 9.47 -> 8.19
+// us and gate/up's 58.9 -> 57.1, but the decode attention and the merge, whose loads now queued
+// behind 33.5 MB instead of 17, rose 5.9 -> 6.7 and 3.1 -> 5.1: bf16 1K / 4K / 32K 4.222-4.227 /
+// 4.336-4.344 / 5.237-5.251 -> 4.235-4.239 / 4.360-4.371 / 5.231-5.237, nvfp4 4.271-4.277 /
+// 4.419-4.428 / 4.706-4.707 -> 4.305-4.309 / 4.441-4.453 / 4.745-4.746. DRAM is not idle to the
+// attention chain: its latency grows with the bytes queued ahead of it.
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;
