@@ -167,7 +167,8 @@ struct Config {
 // behind 33.5 MB instead of 17, rose 5.9 -> 6.7 and 3.1 -> 5.1: bf16 1K / 4K / 32K 4.222-4.227 /
 // 4.336-4.344 / 5.237-5.251 -> 4.235-4.239 / 4.360-4.371 / 5.231-5.237, nvfp4 4.271-4.277 /
 // 4.419-4.428 / 4.706-4.707 -> 4.305-4.309 / 4.441-4.453 / 4.745-4.746. DRAM is not idle to the
-// attention chain: its latency grows with the bytes queued ahead of it.
+// attention chain: its latency grows with the bytes queued ahead of it. The other way, one batch
+// before the o product's wait instead of two, was slower too (+0.3-0.7% at 1K-32K, two runs each).
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;
