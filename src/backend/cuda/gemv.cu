@@ -154,8 +154,10 @@ struct Config {
 // cleared it): bf16 1K 4.21 -> 4.78 ms/token. Timeline: the MLP kernel 95.5 us against 58.9 + 30.7
 // (runtime shapes: a copy with hidden and inter as constants 86.2, the scratch kernel 82.9), the o
 // product 9.5 -> 17.2 (its epilogue's load and clear of the sum, +8.5 us; either alone costs
-// nothing), q/k/v 14.6 -> 16.4 (the fold of the sum before its norm). At best ~1.5 us per layer:
-// not adopted.
+// nothing), q/k/v 14.6 -> 16.4 (the fold of the sum before its norm). Built without the path for
+// slices of more than 16 units (the 8B slice has 13-14): 89.5 us with runtime shapes, 86.3 with
+// constant ones, against the two products' 88.6 in the same call. At best ~1.5 us per layer: not
+// adopted.
 // Also (same session): the staging's loops unrolled (#pragma unroll 8 on the norm's sums, 4 on the
 // staging; gate/up and the down product only, 115/121 registers) so their loads issue together:
 // slower, ms/token at 1K / 32K over three runs each, bf16 4.218-4.221 / 5.233-5.235 -> 4.251-4.264 /
