@@ -6,13 +6,16 @@
 //   bench_decode_attention [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,...]
 //                          [--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]
 //                          [--timing graph|eager|both] [--chunks C1,C2,...] [--page-size N]
+//                          [--write-shapes TOKENS:G,...]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
 // skip the write path / the decode table; --nvfp4-rule picks the write path's nvfp4 block-scale rule
 // (4over6: a second candidate scale and both block errors per block, docs/kv_layout.md);
 // --page-size sets the tokens per KV page (default 16, the engine's: every 16-token chunk the decode
-// kernel copies is then a page of its own).
+// kernel copies is then a page of its own); --write-shapes times the write path only at the listed
+// (tokens, global scale g) pairs instead of 256:1, 4096:1, 65536:1, 65536:0.37 (e.g. one case to
+// profile: every kv_write launch of the run is then that case).
 //
 // Timing (--timing, default both): "graph" = CUDA-graph replays of N decode_attention calls
 // captured once (decode kernel + PDL reduce per call, N >= the page copies), time per call = graph
@@ -410,12 +413,36 @@ std::vector<KvDtype> parse_formats(const std::string& text) {
   return formats;
 }
 
+// "TOKENS:G,..." -> write shapes (tokens > 0, g finite and > 0); nullopt after printing the problem.
+std::optional<std::vector<WriteShape>> parse_write_shapes(const std::string& text, quant::Nvfp4ScaleRule rule) {
+  std::vector<WriteShape> shapes;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    const size_t colon = item.find(':');
+    char* tail_t = nullptr;
+    char* tail_g = nullptr;
+    const long tokens = colon == std::string::npos ? 0 : std::strtol(item.substr(0, colon).c_str(), &tail_t, 10);
+    const std::string g_text = colon == std::string::npos ? "" : item.substr(colon + 1);
+    const float g = g_text.empty() ? 0.0f : std::strtof(g_text.c_str(), &tail_g);
+    if (colon == std::string::npos || colon == 0 || *tail_t != 0 || tokens <= 0 || tokens > (1L << 24) ||
+        g_text.empty() || *tail_g != 0 || !(g > 0.0f) || !std::isfinite(g)) {
+      fmt::print(stderr, "--write-shapes: '{}' is not TOKENS:G (1 <= TOKENS <= 2^24, G finite and > 0)\n", item);
+      return std::nullopt;
+    }
+    shapes.push_back({tokens, g, rule});
+    at = end + 1;
+  }
+  return shapes;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, run_decode = true, run_write = true, both_orders = true;
   quant::Nvfp4ScaleRule write_rule = quant::Nvfp4ScaleRule::kAmaxOver6;
-  std::string json_path, shapes_arg, formats_arg;
+  std::string json_path, shapes_arg, formats_arg, write_shapes_arg;
   std::vector<Timing> timings = {Timing::kGraph, Timing::kEager};
   std::vector<int64_t> chunks;
   for (int i = 1; i < argc; ++i) {
@@ -466,6 +493,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       g_page_size = v;
+    } else if (arg == "--write-shapes" && i + 1 < argc) {
+      write_shapes_arg = argv[++i];
     } else if (arg == "--nvfp4-rule" && i + 1 < argc) {
       const std::string rule = argv[++i];
       if (rule != "6" && rule != "4over6") {
@@ -477,10 +506,15 @@ int main(int argc, char** argv) {
       fmt::print(stderr,
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
                  "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
-                 "[--chunks C1,C2,...] [--page-size N]\nunknown argument '{}'\n",
+                 "[--chunks C1,C2,...] [--page-size N] [--write-shapes TOKENS:G,...]\nunknown argument '{}'\n",
                  argv[0], arg);
       return 2;
     }
+  }
+  std::optional<std::vector<WriteShape>> listed_write_shapes;
+  if (!write_shapes_arg.empty()) {
+    listed_write_shapes = parse_write_shapes(write_shapes_arg, write_rule);
+    if (!listed_write_shapes) return 2;
   }
   try {
     const Device dev = query_device();
@@ -518,10 +552,14 @@ int main(int argc, char** argv) {
           for (int64_t batch : batches) shapes.push_back({group, ctx, batch});
     }
     if (!run_decode) shapes.clear();
-    const std::vector<WriteShape> write_shapes =
-        run_write ? std::vector<WriteShape>{{256, 1.0f, write_rule}, {4096, 1.0f, write_rule}, {65536, 1.0f, write_rule},
-                                            {65536, 0.37f, write_rule}}
-                  : std::vector<WriteShape>{};
+    std::vector<WriteShape> write_shapes;
+    if (run_write) {
+      write_shapes = listed_write_shapes ? *listed_write_shapes
+                                         : std::vector<WriteShape>{{256, 1.0f, write_rule},
+                                                                   {4096, 1.0f, write_rule},
+                                                                   {65536, 1.0f, write_rule},
+                                                                   {65536, 0.37f, write_rule}};
+    }
 
     // One arena for every case of the run, sized before the first one is timed.
     ArenaLayout arena_layout(kNumRegions);

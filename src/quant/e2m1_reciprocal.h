@@ -18,9 +18,13 @@
 //   ulp(X) >= 2^(e−23). Hence |y − M| = |X − M·m|/m >= 2^(e−25)/2^16 = 2^(e−41) > 2^(e−45) > |p − y|:
 //   q's code is the reference's for every x, with no check at all (the CPU test also runs every E4M3
 //   scale against thresholds ± many ulps, exact ties included). (m = 1: r_lo = 0 and p = y.)
-// kChecked: any other d in range. If the codes differ, q is within one ulp(T) of T, which
-//   e2m1_near_decision_point() detects (conservatively: within 2^-20 of a grid step); only those
-//   elements are decided exactly, by an FMA residual against T's rounding midpoints
+// kChecked: any other d in range. There the quotient is a single product, q = RN(a·r_hi): |q − y| <
+//   (2^-23 + 2^-48)·y < 2·ulp(y). If the codes of q and RN(y) differ, a threshold T lies between them
+//   (inclusive), so |q − T| < 2.5·ulp(y): q's bit pattern is within 2 steps of T's (5 below T = 0.25,
+//   whose lower binade has half-size ulps). Every T has at most 3 significant bits, so the low 21
+//   mantissa bits of its pattern are zero; e2m1_near_decision_point() flags every q whose pattern is
+//   within kE2m1NearSteps = 8 of such a pattern (conservatively: grid values, zero and +Inf too).
+//   Only those elements are decided exactly, by an FMA residual against T's rounding midpoints
 //   (e2m1_magnitude_code_near), still without a division.
 // kDivide: d outside [2^-60, 2^60] (the bounds keep r_lo and a·r_lo normal): divide every element.
 //
@@ -66,10 +70,18 @@ NIBBLE_HD E2m1Divisor e2m1_divisor(float d) {
   return v;
 }
 
-// q = RN(|x|·(r_hi + r_lo)) as above: the candidate for |x| / d.
+// q = RN(|x|·(r_hi + r_lo)) as above: the candidate for |x| / d (kProven).
 NIBBLE_HD float e2m1_reciprocal_quotient(float x, const E2m1Divisor& v) {
   const float a = abs_f32(x);
   return fma_f32(a, v.r_hi, a * v.r_lo);
+}
+
+// q = RN(|x|·r_hi): the kChecked candidate, checked by e2m1_near_decision_point().
+NIBBLE_HD float e2m1_checked_quotient(float x, const E2m1Divisor& v) { return abs_f32(x) * v.r_hi; }
+
+// The candidate of v's mode (kProven or kChecked).
+NIBBLE_HD float e2m1_quotient(float x, const E2m1Divisor& v) {
+  return v.mode == E2m1DivisorMode::kProven ? e2m1_reciprocal_quotient(x, v) : e2m1_checked_quotient(x, v);
 }
 
 // Rounding by addition: q + M with M = 2^22, 2^23, 2^24 for q in [0, 2), [2, 4), [4, ∞) rounds q
@@ -92,24 +104,25 @@ NIBBLE_HD uint32_t e2m1_magnitude_code(float q) {
   return code < 7u ? code : 7u;
 }
 
-// Whether q >= +0 lies within 2^-20 grid steps of a decision point of the E2M1 grid (the
-// thresholds above, and 7, 9, ... where every code is 7 anyway). Exact arithmetic: the grid value
-// (q + M) − M and q − it are exact, the bound M·(2^-24 − 2^-43) = step·(0.5 − 2^-20) too.
-NIBBLE_HD bool e2m1_near_decision_point(float q) {
-  const float m = f32_from_bits(e2m1_grid_magic_bits(q));
-  const float nearest = (q + m) - m;
-  return abs_f32(q - nearest) >= m * (0x1p-24f - 0x1p-43f);  // false for Inf and NaN q
-}
+// Whether q >= +0 lies within kE2m1NearSteps bit patterns of a float whose low 21 mantissa bits are
+// zero (every decision point is one), as an unsigned key: q is near iff e2m1_near_key(q) <
+// kE2m1NearKeyLimit. Keys combine by min over a block, so a kernel can test 16 elements with one
+// compare (two integer operations per element: a multiply-add and a min).
+inline constexpr uint32_t kE2m1NearSteps = 8;
+inline constexpr uint32_t kE2m1NearKeyLimit = (2 * kE2m1NearSteps + 1) << 11;
+NIBBLE_HD uint32_t e2m1_near_key(float q) { return f32_bits(q) * 2048u + (kE2m1NearSteps << 11); }
+NIBBLE_HD bool e2m1_near_decision_point(float q) { return e2m1_near_key(q) < kE2m1NearKeyLimit; }
 
-// The exact magnitude code of |x| / d for an element whose quotient q = e2m1_reciprocal_quotient()
-// was flagged by e2m1_near_decision_point() (d in [2^-60, 2^60]), without a division. T = the
+// The exact magnitude code of |x| / d for an element whose quotient q = e2m1_quotient() was flagged
+// by e2m1_near_decision_point() (d in [2^-60, 2^60]), without a division. T = the
 // decision point next to q (the grid value (q + M) − M ± half a step); RN(|x|/d) is T exactly when
 // |x|/d lies within T's rounding midpoints, above it past T + ulp(T)/2, below it past T − ulp⁻(T)/2
 // (ulp⁻ = ulp below T, half of ulp(T) when T is a power of two; the midpoints round to T, whose
 // last mantissa bit is even). With r = |x| − T·d, that is r vs (ulp/2)·d: exact comparisons, as r
 // is an exact FMA here (|r| < 2^-16·T·d and r is a multiple of 2^-25·2^e(T)·2^e(d), so it needs
 // at most 10 bits) and (ulp/2)·d is d times a power of two. The code is then that of T, of T's
-// successor or of its predecessor.
+// successor or of its predecessor. A q the check flags without being near a decision point (a grid
+// value, zero) gets the T next to it, |r| ≥ T·d/5 and only r's sign decides: RN keeps it.
 NIBBLE_HD uint32_t e2m1_magnitude_code_near(float x, float q, float d) {
   const float m = f32_from_bits(e2m1_grid_magic_bits(q));
   const float nearest = (q + m) - m;
@@ -131,7 +144,7 @@ NIBBLE_HD uint32_t e2m1_magnitude_code_near(float x, float q, float d) {
 // The whole rule for one element: e2m1_from_f32(x / v.d) for every x that is not NaN.
 NIBBLE_HD uint8_t e2m1_code_by_reciprocal(float x, const E2m1Divisor& v) {
   if (v.mode == E2m1DivisorMode::kDivide) return e2m1_from_f32(x / v.d);
-  const float q = e2m1_reciprocal_quotient(x, v);
+  const float q = e2m1_quotient(x, v);
   const uint32_t sign = (f32_bits(x) >> 28) & 0x8u;
   if (v.mode == E2m1DivisorMode::kChecked && e2m1_near_decision_point(q)) {
     return static_cast<uint8_t>(sign | e2m1_magnitude_code_near(x, q, v.d));

@@ -51,6 +51,13 @@ void kv_write(const KvWriteParams& p, cudaStream_t stream) {
                "kv_write: K and V layouts disagree: head_dim {} vs {}, kv_heads {} vs {}, page_size {} vs {}",
                p.k_layout.head_dim, p.v_layout.head_dim, p.k_layout.kv_heads, p.v_layout.kv_heads,
                p.k_layout.page_size, p.v_layout.page_size);
+  {
+    using F = quant::ElemFormat;
+    const F k = p.k_layout.format, v = p.v_layout.format;
+    NIBBLE_CHECK(k == v || (k == F::kFP8 && v == F::kNVFP4),
+                 "kv_write: K {} with V {} is not the pair of a KV dtype (both alike, or k8v4's fp8 K and nvfp4 V)",
+                 quant::elem_format_name(k), quant::elem_format_name(v));
+  }
   NIBBLE_CHECK(p.k_global_scale > 0.0f && p.v_global_scale > 0.0f,
                "kv_write: global scales must be positive, got k {} v {}", p.k_global_scale, p.v_global_scale);
   // nvfp4's block divisor s·g (s an E4M3 scale in [2^-9, 448]) must stay in [2^-60, 2^60], the

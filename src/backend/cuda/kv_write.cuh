@@ -1,9 +1,10 @@
 #pragma once
 // Device code of the write path (host entry point: kv_write.h).
 //
-// Work split: one warp quantizes 512 / head_dim head vectors at once; each lane owns one block of
-// 16 consecutive elements (one nvfp4 block; for the other formats simply 16 elements), so every
-// lane is busy for every head_dim and every format. The Hadamard rotation runs on those registers:
+// Work split: one warp quantizes the K and V of 512 / head_dim head vectors at once; each lane owns
+// one block of 16 consecutive elements of both (one nvfp4 block; for the other formats simply 16
+// elements), so every lane is busy for every head_dim and every format, and a vector's place in the
+// pool is looked up once for K and V. The Hadamard rotation runs on those registers:
 // butterflies of stride 1..8 inside a lane, stride 16..head_dim/2 between lanes (shfl_xor), in
 // exactly quant::hadamard_inplace's order of float operations, then one multiply by 1/sqrt(n).
 #include <cuda_bf16.h>
@@ -155,20 +156,24 @@ __device__ __forceinline__ float max_abs_nan(float m, float x) {
 }
 
 // The 16 E2M1 codes of x_i / v.d by quant/e2m1_reciprocal.h's rule, packed (element i at bits
-// 4·(i % 8) of w[i / 8]): one multiply and one FMA per element instead of a division, then the
-// magnitude code by a magic-number addition. kChecked: an element whose quotient lies near a decision
-// point is decided exactly by an FMA residual; kProven needs no check (the proof is there).
+// 4·(i % 8) of w[i / 8]): per element a multiply (and an FMA for kProven), the magnitude code by a
+// magic-number addition, and for kChecked the near-decision key, min-combined over the block so that
+// one compare covers all 16. A block with a flagged quotient (rare) redoes its flagged elements
+// exactly, by an FMA residual, out of line. The rare path inlined per element (a branch and ~25
+// instructions between every element's common path, 16 times per format) had the kernel stall on
+// instruction fetches: H200, 2026-12-01, 64K tokens, g = 0.37, nvfp4 61.5% -> 70.8-71.1% of the read
+// bandwidth with the other changes of that day (kv_write_kernel).
+__device__ __noinline__ uint32_t e2m1_magnitude_code_near_call(float x, float q, float d) {
+  return quant::e2m1_magnitude_code_near(x, q, d);
+}
+
 template <bool kChecked>
 __device__ __forceinline__ void e2m1_codes16(const float x[16], const quant::E2m1Divisor& v, uint32_t w[2]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    const float q = quant::e2m1_reciprocal_quotient(x[i], v);
+    const float q = kChecked ? quant::e2m1_checked_quotient(x[i], v) : quant::e2m1_reciprocal_quotient(x[i], v);
     uint32_t magnitude = quant::e2m1_magnitude_code(q);
-    // Rare (a quotient within ~2^-20 of a grid step of a decision point): decided exactly here,
-    // while x[i] is live anyway; a fix-up pass after the loop kept all 16 x alive (+20 registers).
-    if (kChecked && quant::e2m1_near_decision_point(q)) {
-      magnitude = quant::e2m1_magnitude_code_near(x[i], q, v.d);
-    }
+    if (kChecked && quant::e2m1_near_decision_point(q)) magnitude = e2m1_magnitude_code_near_call(x[i], q, v.d);
     w[i / 8] |= (((__float_as_uint(x[i]) >> 28) & 0x8u) | magnitude) << (4 * (i % 8));
   }
 }
@@ -297,13 +302,33 @@ __device__ __forceinline__ float exact_reciprocal_or_zero(float g) {
 // session): fp8 5.44 us (8.1k cycles), nvfp4 5.92-6.24 us (8.8-9.3k cycles), the same 45 registers
 // and 0.07-0.09 issued warps per scheduler: alone, nvfp4 costs the ~1000 cycles its arithmetic
 // explains; the in-graph gap is twice that.
-// Block roles (grid.x = 2·kv_blocks + q_blocks, kv_write.cu): K's vectors, then V's, then q's
-// (RoPE only: rotated in place, nothing stored in the pool). R: the nvfp4 block-scale rule
-// (p.nvfp4_scale_rule), a template parameter so that the default amax/6 kernel carries none of
-// 4-over-6's second candidate. Before griddep_wait() only the step's arrays (positions,
+// Block roles (grid.x = kv_blocks + q_blocks, kv_write.cu): K and V of the same vectors, then q's
+// (RoPE only: rotated in place, nothing stored in the pool). A lane quantizes both K and V of its
+// 16 elements: the vector's place (row -> sequence, position -> page) is looked up once for both,
+// and both parts' loads are in flight together. One instance per (K format, V format): each carries
+// only its own quantizer, once when K and V share the format (a second pass moves V's values into
+// xk). R: the nvfp4 block-scale rule (p.nvfp4_scale_rule), so that the default amax/6 kernel carries
+// none of 4-over-6's second candidate. Before griddep_wait() only the step's arrays (positions,
 // row_sequence, page_tables: host copies) and inv_freq are read.
-template <int kHeadDim, ActivationDtype D, quant::Nvfp4ScaleRule R>
-__global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWriteParams p, int kv_blocks, int q_blocks) {
+//
+// H200, 2026-12-01 (bench_decode_attention --write-only, 65536 tokens, % of the read bandwidth, two
+// runs): one instance for every format with a runtime switch, a thread per part (K or V) and the
+// rare exact E2M1 decision inlined per element: bf16 86.1-86.5, fp8 84.9-85.0, nvfp4 74.7, k8v4
+// 79.7-79.9 at g = 1; at g = 0.37 fp8 78.7-79.3, nvfp4 62.8-63.3, k8v4 70.3-70.9. Ncu (g = 0.37
+// nvfp4): issue-bound at 0.78 warps per scheduler and cycle, a third of the stalls on instruction
+// fetch (the kernel's code was ~4500 instructions). A thread per (K, V) pair, the rare decision out
+// of line, one quantizer copy for K and V: bf16 93.4-94.4, fp8 93.4-94.0, nvfp4 82.5-83.4, k8v4
+// 89.3-90.2; g = 0.37 fp8 87.4-88.3, nvfp4 72.3-72.9, k8v4 82.6-83.3. The kChecked quotient as one
+// multiply with the near-decision check on its bit pattern (quant/e2m1_reciprocal.h) then took
+// nvfp4 at g = 0.37 to 74.0-74.8 but bf16, whose code it does not touch, to 84.4-84.8: the shared
+// kernel's registers and schedule moved with any format's code, hence an instance per format pair.
+// Tried: the 16 near-decision checks min-combined into one compare per block, the flagged elements
+// redone after the loop: all 16 inputs stay live, 64 registers spill 120 bytes (80 registers
+// uncapped, 24 warps per SM): nvfp4 g = 0.37 54.8% and 73.1-73.7%; by halves of 8 (52 bytes of
+// spills) 73.9-74.0% with bf16 at 86%.
+template <int kHeadDim, ActivationDtype D, quant::ElemFormat KF, quant::ElemFormat VF, quant::Nvfp4ScaleRule R>
+__global__ void __launch_bounds__(kKvWriteWarps * 32, R == quant::Nvfp4ScaleRule::kFourOverSix ? 6 : 8)
+    kv_write_kernel(KvWriteParams p, int kv_blocks, int q_blocks) {
   constexpr int kLanesPerVector = kHeadDim / kElemsPerLane;
   constexpr int kVectorsPerWarp = 32 / kLanesPerVector;
   constexpr int kVectorsPerBlock = kKvWriteWarps * kVectorsPerWarp;
@@ -311,9 +336,9 @@ __global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWritePar
   griddep_launch_dependents();
   const int role_block = static_cast<int>(blockIdx.x);
   if constexpr (D == ActivationDtype::kF32) {
-    if (role_block >= 2 * kv_blocks) {  // q: RoPE in place
+    if (role_block >= kv_blocks) {  // q: RoPE in place
       const int lane = threadIdx.x % 32, block_in_vector = lane % kLanesPerVector;
-      const int first_vector = (role_block - 2 * kv_blocks) * kVectorsPerBlock;
+      const int first_vector = (role_block - kv_blocks) * kVectorsPerBlock;
       const int vector = first_vector + static_cast<int>(threadIdx.x / 32) * kVectorsPerWarp + lane / kLanesPerVector;
       const int heads = static_cast<int>(p.q_heads), num_tokens = static_cast<int>(p.num_tokens);
       const int first_token = rope_table<kHeadDim>(rope_cs, first_vector, kVectorsPerBlock, heads, num_tokens,
@@ -334,11 +359,9 @@ __global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWritePar
       return;
     }
   }
-  const bool is_v = role_block >= kv_blocks;
-  const int kv_block = is_v ? role_block - kv_blocks : role_block;
-  const cache::KvPartLayout& layout = is_v ? p.v_layout : p.k_layout;
-  const void* src = is_v ? p.v : p.k;
-  const float g = is_v ? p.v_global_scale : p.k_global_scale;
+  const int kv_block = role_block;
+  const cache::KvPartLayout& kl = p.k_layout;
+  const cache::KvPartLayout& vl = p.v_layout;
 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -346,55 +369,72 @@ __global__ void __launch_bounds__(kKvWriteWarps * 32) kv_write_kernel(KvWritePar
   // = token * kv_heads + head; < 2^31 (kv_write checks num_tokens * kv_heads), so the index math
   // is 32-bit: 64-bit divisions by runtime values cost ~70 instructions each.
   const int vector = (kv_block * kKvWriteWarps + warp) * kVectorsPerWarp + lane / kLanesPerVector;
-  const int kv_heads = static_cast<int>(layout.kv_heads);
+  const int kv_heads = static_cast<int>(kl.kv_heads);
   const bool in_range = vector < static_cast<int>(p.num_tokens) * kv_heads;
 
   // Where the vector goes, loaded before the data so the dependent loads (row -> page table) overlap
-  // the data loads instead of following the arithmetic.
+  // the data loads instead of following the arithmetic. K and V share the page size (PageLayout).
   const int token = in_range ? vector / kv_heads : 0;
   const int head = vector - token * kv_heads;
   const int32_t seq = in_range ? p.row_sequence[token] : -1;
   const int32_t pos = in_range ? p.positions[token] : 0;
-  const int page_size = static_cast<int>(layout.page_size);
+  const int page_size = static_cast<int>(kl.page_size);
   const int page_index = pos / page_size;
   const int slot = pos - page_index * page_size;
   const int64_t page = seq >= 0 ? p.page_tables[static_cast<int64_t>(seq) * p.max_pages_per_seq + page_index] : 0;
 
-  const bool rope = D == ActivationDtype::kF32 && !is_v && p.rope_inv_freq != nullptr;  // uniform per block
+  const bool rope = D == ActivationDtype::kF32 && p.rope_inv_freq != nullptr;  // uniform
   int first_token = 0;
   if (rope) {
     first_token = rope_table<kHeadDim>(rope_cs, kv_block * kVectorsPerBlock, kVectorsPerBlock, kv_heads,
                                        static_cast<int>(p.num_tokens), p.positions, p.rope_inv_freq);
   }
   griddep_wait();  // k and v are the previous kernel's outputs
-  float x[kElemsPerLane];
+  float xk[kElemsPerLane], xv[kElemsPerLane];
   const int64_t at = static_cast<int64_t>(vector) * kHeadDim + block_in_vector * kElemsPerLane;
   if (in_range) {
-    load16<D>(src, at, x);
+    load16<D>(p.k, at, xk);
+    load16<D>(p.v, at, xv);
   } else {
 #pragma unroll
-    for (int e = 0; e < kElemsPerLane; ++e) x[e] = 0.0f;
+    for (int e = 0; e < kElemsPerLane; ++e) xk[e] = xv[e] = 0.0f;
   }
   if constexpr (D == ActivationDtype::kF32) {
     if (rope) {
-      rope16_lanes<kHeadDim>(x, block_in_vector, rope_cs + (in_range ? token - first_token : 0) * (kHeadDim / 2));
-      if (in_range) store16(p.k_rotated + at, x);
+      rope16_lanes<kHeadDim>(xk, block_in_vector, rope_cs + (in_range ? token - first_token : 0) * (kHeadDim / 2));
+      if (in_range) store16(p.k_rotated + at, xk);
     }
   }
   // Every lane takes part in the shuffles; out-of-range groups are whole lane groups.
-  if (p.rotation == quant::Rotation::kHadamard) hadamard16_lanes(x, block_in_vector, kHeadDim);
+  if (p.rotation == quant::Rotation::kHadamard) {
+    hadamard16_lanes(xk, block_in_vector, kHeadDim);
+    hadamard16_lanes(xv, block_in_vector, kHeadDim);
+  }
   if (!in_range || seq < 0) return;
 
   uint8_t* page_base = p.pool + page * p.page_bytes;
-  uint8_t* data = page_base + layout.data_at(head, slot) +
-                  block_in_vector * quant::data_bytes(layout.format, kElemsPerLane);
-  uint8_t* scale = page_base + layout.scales_at(head, slot) + block_in_vector;
-  const float g_inv = exact_reciprocal_or_zero(g);
-  switch (layout.format) {
-    case quant::ElemFormat::kF32: quantize_store16<quant::ElemFormat::kF32>(x, g, g_inv, data, scale); break;
-    case quant::ElemFormat::kBF16: quantize_store16<quant::ElemFormat::kBF16>(x, g, g_inv, data, scale); break;
-    case quant::ElemFormat::kFP8: quantize_store16<quant::ElemFormat::kFP8>(x, g, g_inv, data, scale); break;
-    case quant::ElemFormat::kNVFP4: quantize_store16<quant::ElemFormat::kNVFP4, R>(x, g, g_inv, data, scale); break;
+  constexpr int kKBytes = static_cast<int>(quant::data_bytes(KF, kElemsPerLane));
+  constexpr int kVBytes = static_cast<int>(quant::data_bytes(VF, kElemsPerLane));
+  uint8_t* k_data = page_base + kl.data_at(head, slot) + block_in_vector * kKBytes;
+  uint8_t* k_scale = page_base + kl.scales_at(head, slot) + block_in_vector;
+  uint8_t* v_data = page_base + vl.data_at(head, slot) + block_in_vector * kVBytes;
+  uint8_t* v_scale = page_base + vl.scales_at(head, slot) + block_in_vector;
+  if constexpr (KF == VF) {
+    uint8_t* data = k_data;
+    uint8_t* scale = k_scale;
+    float g = p.k_global_scale;
+#pragma unroll 1
+    for (int pass = 0; pass < 2; ++pass) {
+      quantize_store16<KF, R>(xk, g, exact_reciprocal_or_zero(g), data, scale);
+#pragma unroll
+      for (int e = 0; e < kElemsPerLane; ++e) xk[e] = xv[e];
+      data = v_data;
+      scale = v_scale;
+      g = p.v_global_scale;
+    }
+  } else {
+    quantize_store16<KF, R>(xk, p.k_global_scale, exact_reciprocal_or_zero(p.k_global_scale), k_data, k_scale);
+    quantize_store16<VF, R>(xv, p.v_global_scale, exact_reciprocal_or_zero(p.v_global_scale), v_data, v_scale);
   }
 }
 

@@ -426,6 +426,16 @@ TEST(CudaKvWriteErrors, RejectsUnsupportedHeadDimAndBadPointers) {
   p.v_global_scale = 0x1p52f;
   EXPECT_THROW(kv_write(p, nullptr), Error);
   p.v_global_scale = 1.0f;
+  // The kernel has an instance per KV dtype's (K, V) pair: k8v4's parts swapped are no such pair.
+  p.k_layout = fp4.v(0), p.v_layout = fp4.k(0);
+  try {
+    kv_write(p, nullptr);
+    FAIL() << "K nvfp4 with V fp8 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("K nvfp4 with V fp8 is not the pair of a KV dtype"), std::string::npos)
+        << e.what();
+  }
+  p.k_layout = fp4.k(0), p.v_layout = fp4.v(0);
   p.nvfp4_scale_rule = static_cast<Nvfp4ScaleRule>(7);
   try {
     kv_write(p, nullptr);
