@@ -39,6 +39,17 @@ NIBBLE_HD float amax_nan(float a, float b) {
   return x > y ? x : y;
 }
 
+// a·b rounded once, never contracted into a multiply-add with what follows (a CUDA translation unit
+// built with FMA contraction may otherwise fuse a*b + c; the quantizers' roundings must be the
+// definition's wherever they are inlined).
+NIBBLE_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // Exact 2^e for -126 <= e <= 127.
 NIBBLE_HD float exp2i(int e) { return f32_from_bits(static_cast<uint32_t>(e + 127) << 23); }
 

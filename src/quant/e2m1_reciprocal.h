@@ -73,11 +73,11 @@ NIBBLE_HD E2m1Divisor e2m1_divisor(float d) {
 // q = RN(|x|·(r_hi + r_lo)) as above: the candidate for |x| / d (kProven).
 NIBBLE_HD float e2m1_reciprocal_quotient(float x, const E2m1Divisor& v) {
   const float a = abs_f32(x);
-  return fma_f32(a, v.r_hi, a * v.r_lo);
+  return fma_f32(a, v.r_hi, mul_rn(a, v.r_lo));
 }
 
 // q = RN(|x|·r_hi): the kChecked candidate, checked by e2m1_near_decision_point().
-NIBBLE_HD float e2m1_checked_quotient(float x, const E2m1Divisor& v) { return abs_f32(x) * v.r_hi; }
+NIBBLE_HD float e2m1_checked_quotient(float x, const E2m1Divisor& v) { return mul_rn(abs_f32(x), v.r_hi); }
 
 // The candidate of v's mode (kProven or kChecked).
 NIBBLE_HD float e2m1_quotient(float x, const E2m1Divisor& v) {

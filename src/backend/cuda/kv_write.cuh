@@ -163,7 +163,7 @@ __device__ __forceinline__ float max_abs_nan(float m, float x) {
 // instructions between every element's common path, 16 times per format) had the kernel stall on
 // instruction fetches: H200, 2026-12-01, 64K tokens, g = 0.37, nvfp4 61.5% -> 70.8-71.1% of the read
 // bandwidth with the other changes of that day (kv_write_kernel).
-__device__ __noinline__ uint32_t e2m1_magnitude_code_near_call(float x, float q, float d) {
+static __device__ __noinline__ uint32_t e2m1_magnitude_code_near_call(float x, float q, float d) {
   return quant::e2m1_magnitude_code_near(x, q, d);
 }
 
