@@ -34,6 +34,13 @@
 // sequence's last token, then griddepcontrol.wait (the previous kernel's q / last token), then
 // issues q loads and its other first copies; it triggers its dependents (the split merge) at its
 // start.
+// Tried and reverted (H200, 2026-12-01): the step's KV write folded into this kernel (q's RoPE in the
+// prologue's staging, the warp holding a sequence's last chunk rotating, quantizing and storing the
+// new token with kv_write.cuh's functions before copying it back; bit for bit the two kernels'
+// result). ~1 us per layer less than the same kernel with the write kernel before it, but the
+// write's code slowed every decode (inlined: 1 x 1K nvfp4 8.8 -> 9.3 us, bf16 9.4 -> 9.7, the 8B
+// step at nvfp4 32K +3.6%; out of line: the writer's call and read-back made the decode link 7.94 us
+// against 1.3-1.5 + 5.9 for both kernels): net -0.6% to +1.1% per step (PERFORMANCE.md, twelfth round).
 // A stage = K data [16][kKRow] | K scales [16][kKScaleRow] | V data [16][kVRow] | V scales [16][..];
 // data regions are XOR-swizzled in 16-byte pieces within 128-byte lines (k_swz / v_swz) so the
 // fragment reads are free of bank conflicts; the copies that fill a stage: decode_tile_copy.cuh.
