@@ -386,6 +386,16 @@ TEST(CudaKvWriteNvfp4, FourOverSixNearTiesAndEdgeBlocksMatchCpu) {
   }
 }
 
+// kv_write(p) throws nibble::Error whose message contains `message`.
+void expect_rejected(const KvWriteParams& p, const std::string& message) {
+  try {
+    kv_write(p, nullptr);
+    ADD_FAILURE() << "accepted; expected the error \"" << message << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
 // Validation happens before any CUDA call, so these run without a GPU too.
 TEST(CudaKvWriteErrors, RejectsUnsupportedHeadDimAndBadPointers) {
   const cache::PageLayout layout({.num_layers = 1, .kv_heads = 2, .head_dim = 96}, KvDtype::kBF16, 16);
@@ -395,12 +405,7 @@ TEST(CudaKvWriteErrors, RejectsUnsupportedHeadDimAndBadPointers) {
   KvWriteParams p{.k = &f, .v = &f, .positions = &dummy, .row_sequence = &dummy, .page_tables = &dummy,
                   .pool = &byte, .num_tokens = 1, .max_pages_per_seq = 1, .page_bytes = layout.page_bytes(),
                   .k_layout = layout.k(0), .v_layout = layout.v(0)};
-  try {
-    kv_write(p, nullptr);
-    FAIL() << "head_dim 96 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("head_dim must be 64, 128 or 256"), std::string::npos) << e.what();
-  }
+  expect_rejected(p, "head_dim must be 64, 128 or 256");
   const cache::PageLayout ok({.num_layers = 1, .kv_heads = 2, .head_dim = 64}, KvDtype::kBF16, 16);
   p.k_layout = ok.k(0), p.v_layout = ok.v(0), p.page_bytes = ok.page_bytes();
   p.pool = nullptr;
@@ -416,33 +421,16 @@ TEST(CudaKvWriteErrors, RejectsUnsupportedHeadDimAndBadPointers) {
   const cache::PageLayout fp4({.num_layers = 1, .kv_heads = 2, .head_dim = 64}, KvDtype::kK8V4, 16);
   p.k_layout = fp4.k(0), p.v_layout = fp4.v(0), p.page_bytes = fp4.page_bytes();
   p.v_global_scale = 0x1p-52f;
-  try {
-    kv_write(p, nullptr);
-    FAIL() << "nvfp4 g = 2^-52 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("nvfp4 global scale of v must be in [2^-51, 2^51]"), std::string::npos)
-        << e.what();
-  }
+  expect_rejected(p, "nvfp4 global scale of v must be in [2^-51, 2^51]");
   p.v_global_scale = 0x1p52f;
   EXPECT_THROW(kv_write(p, nullptr), Error);
   p.v_global_scale = 1.0f;
   // The kernel has an instance per KV dtype's (K, V) pair: k8v4's parts swapped are no such pair.
   p.k_layout = fp4.v(0), p.v_layout = fp4.k(0);
-  try {
-    kv_write(p, nullptr);
-    FAIL() << "K nvfp4 with V fp8 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("K nvfp4 with V fp8 is not the pair of a KV dtype"), std::string::npos)
-        << e.what();
-  }
+  expect_rejected(p, "K nvfp4 with V fp8 is not the pair of a KV dtype");
   p.k_layout = fp4.k(0), p.v_layout = fp4.v(0);
   p.nvfp4_scale_rule = static_cast<Nvfp4ScaleRule>(7);
-  try {
-    kv_write(p, nullptr);
-    FAIL() << "nvfp4 scale rule 7 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown nvfp4 scale rule 7"), std::string::npos) << e.what();
-  }
+  expect_rejected(p, "unknown nvfp4 scale rule 7");
 }
 
 }  // namespace
