@@ -325,7 +325,12 @@ __device__ __forceinline__ float exact_reciprocal_or_zero(float g) {
 // Tried: the 16 near-decision checks min-combined into one compare per block, the flagged elements
 // redone after the loop: all 16 inputs stay live, 64 registers spill 120 bytes (80 registers
 // uncapped, 24 warps per SM): nvfp4 g = 0.37 54.8% and 73.1-73.7%; by halves of 8 (52 bytes of
-// spills) 73.9-74.0% with bf16 at 86%.
+// spills) 73.9-74.0% with bf16 at 86%. And for writes of <= 8 tokens (decode batches) K and V in
+// blocks of their own again, chosen at launch by a runtime flag, plus a tree for nvfp4's amax: the
+// 8B step's write link at 1K fell (fp8 1.54 -> 1.28 us, nvfp4 3.07 -> 2.56; the step -0.15% for
+// nvfp4, a tie otherwise), but the flag's branches cost the large writes (64K tokens, g = 1: bf16
+// 91.5 -> 86-87%, nvfp4 84.9 -> 83%, k8v4 91.9 -> 54%). Not adopted; as a template parameter it
+// would double this file's instances for <= 0.15%.
 template <int kHeadDim, ActivationDtype D, quant::ElemFormat KF, quant::ElemFormat VF, quant::Nvfp4ScaleRule R>
 __global__ void __launch_bounds__(kKvWriteWarps * 32, R == quant::Nvfp4ScaleRule::kFourOverSix ? 6 : 8)
     kv_write_kernel(KvWriteParams p, int kv_blocks, int q_blocks) {
