@@ -157,11 +157,10 @@ __device__ __forceinline__ float max_abs_nan(float m, float x) {
 
 // The 16 E2M1 codes of x_i / v.d by quant/e2m1_reciprocal.h's rule, packed (element i at bits
 // 4·(i % 8) of w[i / 8]): per element a multiply (and an FMA for kProven), the magnitude code by a
-// magic-number addition, and for kChecked the near-decision key, min-combined over the block so that
-// one compare covers all 16. A block with a flagged quotient (rare) redoes its flagged elements
-// exactly, by an FMA residual, out of line. The rare path inlined per element (a branch and ~25
-// instructions between every element's common path, 16 times per format) had the kernel stall on
-// instruction fetches: H200, 2026-12-01, 64K tokens, g = 0.37, nvfp4 61.5% -> 70.8-71.1% of the read
+// magic-number addition, and for kChecked the near-decision check on the quotient's bit pattern; a
+// flagged element (rare) is decided exactly, by an FMA residual, in an out-of-line call. The rare
+// path inlined per element (a branch and ~25 instructions between every element's common path, 16
+// times per format) had the kernel stall on instruction fetches: H200, 2026-12-01, 64K tokens, g = 0.37, nvfp4 61.5% -> 70.8-71.1% of the read
 // bandwidth with the other changes of that day (kv_write_kernel).
 static __device__ __noinline__ uint32_t e2m1_magnitude_code_near_call(float x, float q, float d) {
   return quant::e2m1_magnitude_code_near(x, q, d);
