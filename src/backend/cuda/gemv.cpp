@@ -7,6 +7,7 @@ namespace nibble::cuda {
 
 namespace detail {  // gemv.cu
 int gemv_max_smem_bytes();
+size_t gemv_smem_bytes(int64_t rows, int64_t k, GemvEpilogue epilogue);
 void launch_gemv_bf16(const GemvParams& p, cudaStream_t stream);
 }  // namespace detail
 
@@ -18,7 +19,10 @@ bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 
 
 bool gemv_supports(const GemvParams& p) {
   if (p.rows < 1 || p.rows > kGemvMaxRows || p.k <= 0 || p.k % 8 != 0 || p.k >= (int64_t{1} << 31)) return false;
-  if (p.rows * p.k * 2 > detail::gemv_max_smem_bytes() || !aligned(p.x)) return false;
+  if (detail::gemv_smem_bytes(p.rows, p.k, p.epilogue) > static_cast<size_t>(detail::gemv_max_smem_bytes()) ||
+      !aligned(p.x)) {
+    return false;
+  }
   if (p.norm_weight != nullptr && !aligned(p.norm_weight)) return false;
   if (p.num_segments < 1 || p.num_segments > kGemvMaxSegments) return false;
   for (int s = 0; s < p.num_segments; ++s) {
@@ -34,9 +38,9 @@ bool gemv_supports(const GemvParams& p) {
 
 void gemv_bf16(const GemvParams& p, cudaStream_t stream) {
   NIBBLE_CHECK(gemv_supports(p),
-               "gemv_bf16: unsupported shape: rows {} (1..{}), k {} (a multiple of 8, rows·k·2 <= {} bytes), {} "
-               "segments (1..{}), 16-byte aligned x, W and norm weight; swiglu needs 2 equal segments without "
-               "bias, a residual one segment",
+               "gemv_bf16: unsupported shape: rows {} (1..{}), k {} (a multiple of 8; bf16(x), padded to whole "
+               "batches, <= {} bytes), {} segments (1..{}), 16-byte aligned x, W and norm weight; swiglu needs 2 "
+               "equal segments without bias, a residual one segment",
                p.rows, kGemvMaxRows, p.k, detail::gemv_max_smem_bytes(), p.num_segments, kGemvMaxSegments);
   NIBBLE_CHECK(p.x != nullptr, "gemv_bf16: x is null");
   GemvParams q = p;

@@ -6,7 +6,21 @@
 // (item, batch) sequence is software-pipelined: batch t + 1's loads are issued before batch t is
 // used, also across items, so every warp keeps one to two batches of loads in flight
 // (2·kU·16·kMats bytes per lane) and the reduction of one item overlaps the loads of the next.
-// Sums: per lane in k order, then a butterfly over the warp (fixed order: deterministic).
+// Sums, on the tensor cores: the 32 lanes' 16-byte chunks of one load instruction are 256
+// consecutive k of one W row, lane (g, q) holding k 32g + 8q .. + 7. Two m16n8k16 MMAs (bf16, f32
+// accumulate) take them as B (column n = row segment n: k 32n .. 32n + 31, one k-step per half of
+// each chunk) against A = the same segments of bf16(x) (row m = x's segment m; rows 8-15 the next
+// activation row's): C[n][n] += segment n of W row · segment n of x, and the off-diagonal products
+// are discarded. An item's 8 diagonal elements (per activation row) meet in a butterfly over the
+// warp. Fixed order, hence deterministic; no FMA or bf16 unpacking per weight, so a warp's work
+// between two loads is 2 MMAs and a shared-memory read.
+// Measured (H200, 2026-12-01, thirteenth session; a scratch chain of the 8B products of 32 layers
+// with their norms and residuals, PDL, as the engine runs them): 112.9 us/layer with the per-lane
+// FMA sums this replaced, 109.1 with the MMAs (94.4 at the read bandwidth); the engine's 8B step:
+// docs/PERFORMANCE.md, thirteenth round. The per-row pattern of loads matters more than the
+// arithmetic: a pure read of the same rows reaches ~100% of the read bandwidth, while each warp's
+// loads spanning 8 rows × 64 bytes instead (an MMA's natural B layout) fell to 75-91%.
+// The experiments recorded below the Config (before the thirteenth session) ran on the FMA form.
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
@@ -20,6 +34,7 @@
 namespace nibble::cuda::detail {
 
 int gemv_max_smem_bytes();
+size_t gemv_smem_bytes(int64_t rows, int64_t k, GemvEpilogue epilogue);
 
 namespace {
 
@@ -44,14 +59,13 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p, uint64_t policy) {
 }
 
 
-// 8 bf16 (one 16-byte chunk, element 0 in the low half of .x) -> f32, exactly.
-__device__ __forceinline__ void unpack_bf16x8(const uint4 v, float (&f)[8]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(words[i] << 16);
-    f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-  }
+// d += A · B, m16n8k16, bf16 inputs, f32 accumulators (A row-major 16 × 16, B column-major 16 × 8).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -78,9 +92,15 @@ struct Config {
   static constexpr int kMats = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // W rows per item
   // Chunks per lane per batch: two batches' buffers (2·kU·kMats·4 registers) must fit beside the sums.
   static constexpr int kU = kMats * kRows == 1 ? 8 : (kMats * kRows <= 8 ? 4 : 2);
+  // The staged row of bf16(x), in 16-byte chunks: k / 8 rounded up to whole batches (kU·32 chunks)
+  // and zero past k, so that a batch's MMAs need no bounds (the weights past k load as zeros too).
+  __host__ __device__ static int64_t staged_chunks(int64_t k) {
+    return (k / 8 + kU * 32 - 1) / (kU * 32) * (kU * 32);
+  }
+  static size_t smem_bytes(int64_t k) { return static_cast<size_t>(kRows) * staged_chunks(k) * 16; }
 };
 
-// One block fills an SM (~102 registers × 512 threads), so under PDL the next kernel's blocks become
+// One block fills an SM (≤ 112 registers × 512 threads), so under PDL the next kernel's blocks become
 // resident only as this kernel's blocks exit. Tried to let two blocks co-reside, all slower (H200,
 // bench_model_decode --contexts 1024 --kv bf16 --steps 8 --modes 0, ms/token; this kernel 4.61-4.70):
 //   __launch_bounds__(512, 2), half the loads in flight: 4.95;
@@ -171,22 +191,42 @@ struct Config {
 // 4.419-4.428 / 4.706-4.707 -> 4.305-4.309 / 4.441-4.453 / 4.745-4.746. DRAM is not idle to the
 // attention chain: its latency grows with the bytes queued ahead of it. The other way, one batch
 // before the o product's wait instead of two, was slower too (+0.3-0.7% at 1K-32K, two runs each).
+// At most 112 registers (one 512-thread block uses 57344 of an SM's 65536): the KV write's block
+// (128 threads × 64) then fits beside the q/k/v product and starts before it ends (tenth round: at
+// 128 registers its link went 1.3 -> 2.6 us). A few batch > 2 instances spill 4-20 bytes.
 template <int kRows, GemvEpilogue kEpi>
-__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
+__global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;
   constexpr int kMats = C::kMats, kU = C::kU;
-  extern __shared__ uint4 xs[];  // [kRows][chunks] bf16(x), 8 values per entry
+  // Accumulator tiles (m16n8 f32, 4 registers a lane): per matrix, one per pair of activation rows
+  // (A rows 0-7 = row 2p's segments, 8-15 = row 2p + 1's), and at one pair two chains (the chunk's
+  // two k-steps), so that consecutive MMAs do not wait on each other.
+  constexpr int kPairs = (kRows + 1) / 2;
+  constexpr int kChains = kPairs == 1 ? 2 : 1;
+  struct Acc {
+    float c[kMats][kPairs][kChains][4];
+    __device__ __forceinline__ void clear() {
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+#pragma unroll
+        for (int pr = 0; pr < kPairs; ++pr)
+#pragma unroll
+          for (int h = 0; h < kChains; ++h) c[m][pr][h][0] = c[m][pr][h][1] = c[m][pr][h][2] = c[m][pr][h][3] = 0.0f;
+    }
+  };
+  extern __shared__ uint4 xs[];  // [kRows][xrow] bf16(x), 8 values per entry, zero past k
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k = p.k;
   const int64_t chunks = k / 8;
-  const int batches = static_cast<int>((chunks + kU * 32 - 1) / (kU * 32));
+  const int64_t xrow = C::staged_chunks(k);
+  const int batches = static_cast<int>(xrow / (kU * 32));
   const int64_t items = kEpi == GemvEpilogue::kSwiGlu
                             ? p.segments[0].n
                             : p.segments[0].n + p.segments[1].n + p.segments[2].n;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
   const uint64_t policy = evict_first_policy();
 
-  // Issues batch b of item `item` into buf (the chunks past the row's end are not loaded).
+  // Issues batch b of item `item` into buf (the chunks past the row's end are zeros, not loaded).
   auto issue = [&](uint4 (&buf)[kU][kMats], int64_t item, int b) {
     const uint16_t* rows[kMats];
     if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
@@ -196,52 +236,71 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
       const SegmentRow s = segment_row(p, item);
       rows[0] = s.w + s.row * k;
     }
+    // A whole batch (warp-uniform) loads without bounds. (Bounds on every load, as in the batch
+    // past the end, cost ~1.7 us per 8B layer: H200, 32-layer product chain, 110.8 vs 109.1 us.)
+    if (static_cast<int64_t>(b + 1) * (kU * 32) <= chunks) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t c = static_cast<int64_t>(b) * (kU * 32) + u * 32 + lane;
-      if (c < chunks) {
+      for (int u = 0; u < kU; ++u) {
+        const int64_t c = static_cast<int64_t>(b) * (kU * 32) + u * 32 + lane;
 #pragma unroll
         for (int m = 0; m < kMats; ++m) buf[u][m] = load_weights(reinterpret_cast<const uint4*>(rows[m]) + c, policy);
       }
-    }
-  };
-  // acc[m][r] += W_m row · bf16(x) row r over batch b's chunks.
-  auto consume = [&](const uint4 (&buf)[kU][kMats], int b, float (&acc)[kMats][kRows]) {
+    } else {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t c = static_cast<int64_t>(b) * (kU * 32) + u * 32 + lane;
-      if (c < chunks) {
-        float w[kMats][8];
+      for (int u = 0; u < kU; ++u) {
+        const int64_t c = static_cast<int64_t>(b) * (kU * 32) + u * 32 + lane;
 #pragma unroll
-        for (int m = 0; m < kMats; ++m) unpack_bf16x8(buf[u][m], w[m]);
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          float xv[8];
-          unpack_bf16x8(xs[r * chunks + c], xv);
-#pragma unroll
-          for (int m = 0; m < kMats; ++m) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[m][r] = fmaf(w[m][j], xv[j], acc[m][r]);
-          }
+        for (int m = 0; m < kMats; ++m) {
+          buf[u][m] = c < chunks ? load_weights(reinterpret_cast<const uint4*>(rows[m]) + c, policy)
+                                 : make_uint4(0, 0, 0, 0);
         }
       }
     }
   };
-  // The warp's sums of `item` -> out; lane r stores activation row r. Resets acc.
-  auto finish = [&](int64_t item, float (&acc)[kMats][kRows]) {
+  // acc += W_m row · bf16(x) rows over batch b's chunks, on the tensor cores (the file comment's
+  // "Sums"). No bounds: past k both operands are zero. (A variant that skipped the selects only in
+  // whole batches, two copies of this loop behind a warp-uniform branch, cost ~1.2 us per 8B layer
+  // against this form: H200, 32-layer product chain, 112.4 vs 111.3 us/layer.)
+  auto consume = [&](const uint4 (&buf)[kU][kMats], int b, Acc& acc) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t c = static_cast<int64_t>(b) * (kU * 32) + u * 32 + lane;
+#pragma unroll
+      for (int pr = 0; pr < kPairs; ++pr) {
+        const uint4 x0 = xs[(2 * pr) * xrow + c];
+        const uint4 x1 = 2 * pr + 1 < kRows ? xs[(2 * pr + 1) * xrow + c] : x0;
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          const uint4 w = buf[u][m];
+          mma_bf16(acc.c[m][pr][0], x0.x, x1.x, x0.y, x1.y, w.x, w.y);            // k-step A
+          mma_bf16(acc.c[m][pr][kChains - 1], x0.z, x1.z, x0.w, x1.w, w.z, w.w);  // k-step B
+        }
+      }
+    }
+  };
+  // The warp's sums of `item` -> out; lane r stores activation row r. Resets acc. Lane (g, q) with
+  // q == g / 2 holds the diagonal element C[n][n] (n = g = lane / 4; even rows of a pair) and
+  // C[8 + n][n] (odd rows) of every accumulator tile: row segment n's part of the dot product; a
+  // butterfly adds the 8.
+  auto finish = [&](int64_t item, Acc& acc) {
+    const int seg = lane / 4;
+    const bool diagonal = lane % 4 == seg / 2;
     float mine[kMats];
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
       mine[m] = 0.0f;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        float v = acc[m][r];
+        const int pr = r / 2, base = 2 * (r % 2);  // c0, c1: rows g; c2, c3: rows g + 8
+        float even = acc.c[m][pr][0][base], odd = acc.c[m][pr][0][base + 1];
+        if constexpr (kChains == 2) even += acc.c[m][pr][1][base], odd += acc.c[m][pr][1][base + 1];
+        float v = diagonal ? (seg % 2 == 1 ? odd : even) : 0.0f;
 #pragma unroll
         for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
         if (lane == r) mine[m] = v;
-        acc[m][r] = 0.0f;
       }
     }
+    acc.clear();
     if (lane >= kRows) return;
     if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
       const float g = mine[0];
@@ -299,14 +358,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
     }
     __syncthreads();
   }
-  // Stage bf16(x) (or bf16 of the normalized x): entry i = x[8i .. 8i + 7] (x is [kRows, k]
-  // contiguous, k % 8 == 0).
+  // Stage bf16(x) (or bf16 of the normalized x): entry j of row r = x[r][8j .. 8j + 7] (x is
+  // [kRows, k] contiguous, k % 8 == 0).
   const float4* x4 = reinterpret_cast<const float4*>(p.x);
   const float4* g4 = reinterpret_cast<const float4*>(p.norm_weight);
   for (int64_t i = threadIdx.x; i < kRows * chunks; i += kThreads) {
     float4 a = x4[2 * i], c = x4[2 * i + 1];
+    const int64_t r = kRows == 1 ? 0 : i / chunks, j = i - r * chunks;
     if (p.norm_weight != nullptr) {
-      const int64_t r = i / chunks, j = i % chunks;
       float total = 0.0f;
       for (int w = 0; w < (wide ? 8 : 1); ++w) total += norm_sums[r][w];
       const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(k) + p.norm_eps);
@@ -314,16 +373,19 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvParams p) {
       a = make_float4(ga.x * (a.x * inv_rms), ga.y * (a.y * inv_rms), ga.z * (a.z * inv_rms), ga.w * (a.w * inv_rms));
       c = make_float4(gc.x * (c.x * inv_rms), gc.y * (c.y * inv_rms), gc.z * (c.z * inv_rms), gc.w * (c.w * inv_rms));
     }
-    xs[i] = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(c.x, c.y), pack_bf16x2(c.z, c.w));
+    xs[r * xrow + j] =
+        make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(c.x, c.y), pack_bf16x2(c.z, c.w));
+  }
+  if (xrow > chunks) {  // the zero tail of each row (k not a multiple of a batch)
+    for (int64_t i = threadIdx.x; i < kRows * (xrow - chunks); i += kThreads) {
+      const int64_t r = i / (xrow - chunks);
+      xs[r * xrow + chunks + (i - r * (xrow - chunks))] = make_uint4(0, 0, 0, 0);
+    }
   }
   __syncthreads();
 
-  float acc[kMats][kRows];
-#pragma unroll
-  for (int m = 0; m < kMats; ++m) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[m][r] = 0.0f;
-  }
+  Acc acc;
+  acc.clear();
   // Two buffers in turn: the loop body is written twice so that both stay in registers.
   auto step = [&](uint4 (&cur)[kU][kMats], uint4 (&next)[kU][kMats]) {
     int64_t next_item = item;
@@ -380,7 +442,7 @@ int multiprocessors() {
 
 template <int kRows, GemvEpilogue kEpi>
 void launch(const GemvParams& p, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(kRows) * static_cast<size_t>(p.k) * 2;
+  const size_t smem = Config<kRows, kEpi>::smem_bytes(p.k);
   const int64_t items = kEpi == GemvEpilogue::kSwiGlu ? p.segments[0].n
                                                        : p.segments[0].n + p.segments[1].n + p.segments[2].n;
   const int64_t resident = static_cast<int64_t>(multiprocessors()) * blocks_per_sm<kRows, kEpi>(smem);
@@ -415,11 +477,32 @@ void launch_rows(const GemvParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-// bf16(x) [rows, k] must fit in one block's shared memory: the device's opt-in limit (227 KiB on
-// sm_90) less 1 KiB for the kernel's static shared memory (the norm sums, 256 bytes at most).
+// bf16(x) [rows, k] (rows padded to whole batches, gemv_smem_bytes) must fit in one block's shared
+// memory: the device's opt-in limit (227 KiB on sm_90) less 1 KiB for the kernel's static shared
+// memory (the norm sums, 256 bytes at most).
 int gemv_max_smem_bytes() {
   static const int bytes = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin) - 1024;
   return bytes;
+}
+
+template <GemvEpilogue kEpi>
+size_t smem_bytes_rows(int64_t rows, int64_t k) {
+  switch (rows) {
+    case 1: return Config<1, kEpi>::smem_bytes(k);
+    case 2: return Config<2, kEpi>::smem_bytes(k);
+    case 3: return Config<3, kEpi>::smem_bytes(k);
+    case 4: return Config<4, kEpi>::smem_bytes(k);
+    case 5: return Config<5, kEpi>::smem_bytes(k);
+    case 6: return Config<6, kEpi>::smem_bytes(k);
+    case 7: return Config<7, kEpi>::smem_bytes(k);
+    case 8: return Config<8, kEpi>::smem_bytes(k);
+    default: return 0;
+  }
+}
+
+size_t gemv_smem_bytes(int64_t rows, int64_t k, GemvEpilogue epilogue) {
+  return epilogue == GemvEpilogue::kSwiGlu ? smem_bytes_rows<GemvEpilogue::kSwiGlu>(rows, k)
+                                           : smem_bytes_rows<GemvEpilogue::kStore>(rows, k);
 }
 
 void launch_gemv_bf16(const GemvParams& p, cudaStream_t stream) {

@@ -4,8 +4,8 @@
 // byte is read once, so the kernel (gemv.cu) is built to stream W at the device's read bandwidth.
 //
 // Numerics (every variant): x f32 (optionally RMS-normalized first, below) is rounded to bf16
-// (quant::bf16_from_f32, as the cuBLAS path rounds it), products exact in f32, f32 sums in a fixed
-// order (deterministic; another order than cuBLAS and the CPU).
+// (quant::bf16_from_f32, as the cuBLAS path rounds it); products and sums on the tensor cores
+// (bf16 in, f32 accumulators), in a fixed order: deterministic, another order than cuBLAS and the CPU.
 //
 // Variants, one launch each:
 //   plain      up to kGemvMaxSegments products that share x (q/k/v): segment s writes
@@ -18,9 +18,11 @@
 //
 // Kernel shape (gemv.cu): a persistent grid (as many blocks as fit on the device at once, never
 // more than the work needs), 16 warps per block; bf16(x) staged once per block in shared memory
-// (rows·k·2 bytes); each warp takes whole rows of W (rows g, g + G, ... of the segments laid end to
-// end, G warps in all), its lanes split the k axis in 16-byte loads, the next batch of loads issued
-// before the current one is used (also across rows), then a warp butterfly per output. With
+// (rows·k·2 bytes, rounded up to whole batches); each warp takes whole rows of W (rows g, g + G, ...
+// of the segments laid end to end, G warps in all), its lanes split the k axis in 16-byte loads, the
+// next batch of loads issued before the current one is used (also across rows), each load feeding
+// two m16n8k16 MMAs whose diagonal holds the row's partial sums, then a warp butterfly per output.
+// With
 // programmatic_launch, the first batch of weights is loaded before waiting on the previous kernel.
 // Weight loads skip L1 and are marked evict-first in L2 (activations and KV pages stay there).
 //
