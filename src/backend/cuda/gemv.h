@@ -22,8 +22,8 @@
 // of the segments laid end to end, G warps in all), its lanes split the k axis in 16-byte loads, the
 // next batch of loads issued before the current one is used (also across rows), each load feeding
 // two m16n8k16 MMAs whose diagonal holds the row's partial sums, then a warp butterfly per output.
-// With
-// programmatic_launch, the first batch of weights is loaded before waiting on the previous kernel.
+// With programmatic_launch, the first batch of weights is loaded before waiting on the previous
+// kernel.
 // Weight loads skip L1 and are marked evict-first in L2 (activations and KV pages stay there).
 //
 // No entry allocates or synchronizes: safe inside CUDA-graph capture.
