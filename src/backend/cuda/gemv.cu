@@ -91,7 +91,10 @@ template <int kRows, GemvEpilogue kEpi>
 struct Config {
   static constexpr int kMats = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // W rows per item
   // Chunks per lane per batch: two batches' buffers (2·kU·kMats·4 registers) must fit beside the sums.
-  static constexpr int kU = kMats * kRows == 1 ? 8 : (kMats * kRows <= 8 ? 4 : 2);
+  // 8 for one or two rows of one matrix (H200, 32-layer product chain at 2 activation rows, 4 -> 8:
+  // 120.9 -> 116.5 us/layer; at 4, 5 and 7 rows 8 was slower: 134.5 / 145.7 / 183.9 -> 136.7 /
+  // 153.3 / 188.7).
+  static constexpr int kU = (kMats == 1 && kRows <= 2) ? 8 : (kMats * kRows <= 8 ? 4 : 2);
   // The staged row of bf16(x), in 16-byte chunks: k / 8 rounded up to whole batches (kU·32 chunks)
   // and zero past k, so that a batch's MMAs need no bounds (the weights past k load as zeros too).
   __host__ __device__ static int64_t staged_chunks(int64_t k) {
