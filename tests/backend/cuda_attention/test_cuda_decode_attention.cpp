@@ -273,7 +273,7 @@ void run_and_compare(const RunSpec& r) {
     if (stream != nullptr) NIBBLE_CUDA_CHECK(cudaStreamDestroy(stream));
     const std::vector<float> actual = d_out.to_host<float>();
     if (r.product_after) {
-      // Against the product of the output as it ended up (f32 sums of bf16 products: ~1e-6 of the
+      // Against the product of the output as it ended up (tensor-core f32 sums of bf16 products: ~1e-6 of the
       // magnitude); a read of the poisoned output gives NaN.
       const std::vector<float> y = d_y.to_host<float>();
       int64_t bad_products = 0;
