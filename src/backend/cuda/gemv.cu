@@ -87,20 +87,23 @@ __device__ __forceinline__ SegmentRow segment_row(const GemvParams& p, int64_t i
   return {p.segments[2].w, p.segments[2].bias, p.segments[2].out, p.segments[2].n, item - n0 - n1};
 }
 
+// Chunks per lane per batch (kU) for `mats` W rows per item and `rows` activation rows: two batches'
+// buffers (2·kU·mats·4 registers) must fit beside the sums. 8 for one or two rows of one matrix
+// (H200, 32-layer product chain at 2 activation rows, 4 -> 8: 120.9 -> 116.5 us/layer; at 4, 5 and 7
+// rows 8 was slower: 134.5 / 145.7 / 183.9 -> 136.7 / 153.3 / 188.7).
+__host__ __device__ constexpr int loads_per_batch(int mats, int rows) {
+  return (mats == 1 && rows <= 2) ? 8 : (mats * rows <= 8 ? 4 : 2);
+}
+// The staged row of bf16(x), in 16-byte chunks: k / 8 rounded up to whole batches (kU·32 chunks) and
+// zero past k, so that a batch's MMAs need no bounds (the weights past k load as zeros too).
+__host__ __device__ constexpr int64_t staged_chunks(int64_t k, int ku) {
+  return (k / 8 + ku * 32 - 1) / (ku * 32) * (ku * 32);
+}
+
 template <int kRows, GemvEpilogue kEpi>
 struct Config {
   static constexpr int kMats = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // W rows per item
-  // Chunks per lane per batch: two batches' buffers (2·kU·kMats·4 registers) must fit beside the sums.
-  // 8 for one or two rows of one matrix (H200, 32-layer product chain at 2 activation rows, 4 -> 8:
-  // 120.9 -> 116.5 us/layer; at 4, 5 and 7 rows 8 was slower: 134.5 / 145.7 / 183.9 -> 136.7 /
-  // 153.3 / 188.7).
-  static constexpr int kU = (kMats == 1 && kRows <= 2) ? 8 : (kMats * kRows <= 8 ? 4 : 2);
-  // The staged row of bf16(x), in 16-byte chunks: k / 8 rounded up to whole batches (kU·32 chunks)
-  // and zero past k, so that a batch's MMAs need no bounds (the weights past k load as zeros too).
-  __host__ __device__ static int64_t staged_chunks(int64_t k) {
-    return (k / 8 + kU * 32 - 1) / (kU * 32) * (kU * 32);
-  }
-  static size_t smem_bytes(int64_t k) { return static_cast<size_t>(kRows) * staged_chunks(k) * 16; }
+  static constexpr int kU = loads_per_batch(kMats, kRows);
 };
 
 // One block fills an SM (≤ 112 registers × 512 threads), so under PDL the next kernel's blocks become
@@ -221,7 +224,7 @@ __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k = p.k;
   const int64_t chunks = k / 8;
-  const int64_t xrow = C::staged_chunks(k);
+  const int64_t xrow = staged_chunks(k, kU);
   const int batches = static_cast<int>(xrow / (kU * 32));
   const int64_t items = kEpi == GemvEpilogue::kSwiGlu
                             ? p.segments[0].n
@@ -445,7 +448,7 @@ int multiprocessors() {
 
 template <int kRows, GemvEpilogue kEpi>
 void launch(const GemvParams& p, cudaStream_t stream) {
-  const size_t smem = Config<kRows, kEpi>::smem_bytes(p.k);
+  const size_t smem = gemv_smem_bytes(kRows, p.k, kEpi);
   const int64_t items = kEpi == GemvEpilogue::kSwiGlu ? p.segments[0].n
                                                        : p.segments[0].n + p.segments[1].n + p.segments[2].n;
   const int64_t resident = static_cast<int64_t>(multiprocessors()) * blocks_per_sm<kRows, kEpi>(smem);
@@ -488,24 +491,9 @@ int gemv_max_smem_bytes() {
   return bytes;
 }
 
-template <GemvEpilogue kEpi>
-size_t smem_bytes_rows(int64_t rows, int64_t k) {
-  switch (rows) {
-    case 1: return Config<1, kEpi>::smem_bytes(k);
-    case 2: return Config<2, kEpi>::smem_bytes(k);
-    case 3: return Config<3, kEpi>::smem_bytes(k);
-    case 4: return Config<4, kEpi>::smem_bytes(k);
-    case 5: return Config<5, kEpi>::smem_bytes(k);
-    case 6: return Config<6, kEpi>::smem_bytes(k);
-    case 7: return Config<7, kEpi>::smem_bytes(k);
-    case 8: return Config<8, kEpi>::smem_bytes(k);
-    default: return 0;
-  }
-}
-
 size_t gemv_smem_bytes(int64_t rows, int64_t k, GemvEpilogue epilogue) {
-  return epilogue == GemvEpilogue::kSwiGlu ? smem_bytes_rows<GemvEpilogue::kSwiGlu>(rows, k)
-                                           : smem_bytes_rows<GemvEpilogue::kStore>(rows, k);
+  const int mats = epilogue == GemvEpilogue::kSwiGlu ? 2 : 1;
+  return static_cast<size_t>(rows) * staged_chunks(k, loads_per_batch(mats, static_cast<int>(rows))) * 16;
 }
 
 void launch_gemv_bf16(const GemvParams& p, cudaStream_t stream) {
