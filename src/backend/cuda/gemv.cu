@@ -1,11 +1,13 @@
 // The kernel of gemv.h. One template instance per (activation rows, epilogue).
 //
-// Work: "items" are W rows (kStore: the segments' rows end to end; kSwiGlu: row i of gate together
-// with row i of up). Warp g of G takes items g, g + G, ...; within an item its 32 lanes take the
-// 16-byte chunks c = lane + 32·j of the k axis, kU chunks per lane per batch (per matrix). A warp's
-// (item, batch) sequence is software-pipelined: batch t + 1's loads are issued before batch t is
-// used, also across items, so every warp keeps one to two batches of loads in flight
-// (2·kU·16·kMats bytes per lane) and the reduction of one item overlaps the loads of the next.
+// Work: "items" are W rows (kStore: the segments' rows end to end, from 6 activation rows on two
+// consecutive rows of a segment per item; kSwiGlu: row i of gate together with row i of up); an
+// item's rows are loaded side by side and share each read of x. Warp g of G takes items g, g + G,
+// ...; within an item its 32 lanes take the 16-byte chunks c = lane + 32·j of the k axis, kU chunks
+// per lane per batch (per matrix). A warp's (item, batch) sequence is software-pipelined: batch
+// t + 1's loads are issued before batch t is used, also across items, so every warp keeps one to two
+// batches of loads in flight (2·kU·16·kMats bytes per lane) and the reduction of one item overlaps
+// the loads of the next.
 // Sums, on the tensor cores: the 32 lanes' 16-byte chunks of one load instruction are 256
 // consecutive k of one W row, lane (g, q) holding k 32g + 8q .. + 7. Two m16n8k16 MMAs (bf16, f32
 // accumulate) take them as B (column n = row segment n: k 32n .. 32n + 31, one k-step per half of
@@ -72,7 +74,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(quant::bf16_from_f32(lo)) | (static_cast<uint32_t>(quant::bf16_from_f32(hi)) << 16);
 }
 
-// The segment of kStore item `item`, and the item's row within it.
+// The segment of kStore item `item` (the segments' rows end to end in groups of kGroup rows, a
+// segment's last group possibly short), and the item's first row within it.
 struct SegmentRow {
   const uint16_t* w;
   const float* bias;
@@ -80,11 +83,13 @@ struct SegmentRow {
   int64_t n;
   int64_t row;
 };
+template <int kGroup>
 __device__ __forceinline__ SegmentRow segment_row(const GemvParams& p, int64_t item) {
   const int64_t n0 = p.segments[0].n, n1 = p.segments[1].n;
-  if (item < n0) return {p.segments[0].w, p.segments[0].bias, p.segments[0].out, n0, item};
-  if (item < n0 + n1) return {p.segments[1].w, p.segments[1].bias, p.segments[1].out, n1, item - n0};
-  return {p.segments[2].w, p.segments[2].bias, p.segments[2].out, p.segments[2].n, item - n0 - n1};
+  const int64_t g0 = (n0 + kGroup - 1) / kGroup, g1 = (n1 + kGroup - 1) / kGroup;
+  if (item < g0) return {p.segments[0].w, p.segments[0].bias, p.segments[0].out, n0, item * kGroup};
+  if (item < g0 + g1) return {p.segments[1].w, p.segments[1].bias, p.segments[1].out, n1, (item - g0) * kGroup};
+  return {p.segments[2].w, p.segments[2].bias, p.segments[2].out, p.segments[2].n, (item - g0 - g1) * kGroup};
 }
 
 // Chunks per lane per batch (kU) for `mats` W rows per item and `rows` activation rows: two batches'
@@ -100,9 +105,26 @@ __host__ __device__ constexpr int64_t staged_chunks(int64_t k, int ku) {
   return (k / 8 + ku * 32 - 1) / (ku * 32) * (ku * 32);
 }
 
+// Rows per kStore item at `rows` activation rows: from 6 on, two consecutive rows of W share every
+// x read (as a SwiGLU item's gate and up rows do); each load still covers 512 contiguous bytes of
+// one row. H200, 32-layer product chain (us/layer, one row -> two): 6 rows 153.6 -> 151.1, 7 179.6
+// -> 166.5, 8 197.0 -> 175.9; at 3-5 rows within +-1.5 (4: 133.7 -> 134.3, slower). (Two rows of
+// W in one load, 4 rows x 128 or 2 x 256 bytes, so that an MMA takes up to 8 activation rows: 3-8
+// rows 30-50% slower; 4 rows per item, or 2 gate and 2 up rows: slower, spills; the in-flight
+// weights in a shared-memory ring filled by cp.async, 3-8 stages of 2 KiB per warp: no gain.)
+__host__ __device__ constexpr int store_rows_per_item(int rows) { return rows >= 6 ? 2 : 1; }
+// Items of a product: output rows in groups of `group` (kStore: each segment its own groups).
+__host__ __device__ inline int64_t gemv_items(const GemvParams& p, int group) {
+  auto groups = [group](int64_t n) { return (n + group - 1) / group; };
+  return p.epilogue == GemvEpilogue::kSwiGlu ? p.segments[0].n
+                                             : groups(p.segments[0].n) + groups(p.segments[1].n) + groups(p.segments[2].n);
+}
+
 template <int kRows, GemvEpilogue kEpi>
 struct Config {
-  static constexpr int kMats = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // W rows per item
+  static constexpr bool kSwiGlu = kEpi == GemvEpilogue::kSwiGlu;
+  static constexpr int kGroup = kSwiGlu ? 1 : store_rows_per_item(kRows);  // output rows per item
+  static constexpr int kMats = kSwiGlu ? 2 : kGroup;  // W rows per item, loaded side by side
   static constexpr int kU = loads_per_batch(kMats, kRows);
 };
 
@@ -203,7 +225,7 @@ struct Config {
 template <int kRows, GemvEpilogue kEpi>
 __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
   using C = Config<kRows, kEpi>;
-  constexpr int kMats = C::kMats, kU = C::kU;
+  constexpr int kMats = C::kMats, kU = C::kU, kGroup = C::kGroup;
   // Accumulator tiles (m16n8 f32, 4 registers a lane): per matrix, one per pair of activation rows
   // (A rows 0-7 = row 2p's segments, 8-15 = row 2p + 1's), and at one pair two chains (the chunk's
   // two k-steps), so that consecutive MMAs do not wait on each other.
@@ -226,9 +248,7 @@ __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
   const int64_t chunks = k / 8;
   const int64_t xrow = staged_chunks(k, kU);
   const int batches = static_cast<int>(xrow / (kU * 32));
-  const int64_t items = kEpi == GemvEpilogue::kSwiGlu
-                            ? p.segments[0].n
-                            : p.segments[0].n + p.segments[1].n + p.segments[2].n;
+  const int64_t items = gemv_items(p, kGroup);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
   const uint64_t policy = evict_first_policy();
 
@@ -239,8 +259,9 @@ __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
       rows[0] = p.segments[0].w + item * k;
       rows[1] = p.segments[1].w + item * k;
     } else {
-      const SegmentRow s = segment_row(p, item);
-      rows[0] = s.w + s.row * k;
+      const SegmentRow s = segment_row<kGroup>(p, item);
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) rows[m] = s.w + (m == 0 ? s.row : min(s.row + m, s.n - 1)) * k;  // past n: unused
     }
     // A whole batch (warp-uniform) loads without bounds. (Bounds on every load, as in the batch
     // past the end, cost ~1.7 us per 8B layer: H200, 32-layer product chain, 110.8 vs 109.1 us.)
@@ -312,12 +333,17 @@ __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
       const float g = mine[0];
       p.segments[0].out[lane * p.segments[0].n + item] = g / (1.0f + expf(-g)) * mine[1];
     } else {
-      const SegmentRow s = segment_row(p, item);
-      float y = mine[0];
-      if (s.bias != nullptr) y += s.bias[s.row];
-      const int64_t at = lane * s.n + s.row;
-      if (p.residual != nullptr) y = p.residual[at] + y;
-      s.out[at] = y;
+      const SegmentRow s = segment_row<kGroup>(p, item);
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        const int64_t row = s.row + m;
+        if (m > 0 && row >= s.n) break;
+        float y = mine[m];
+        if (s.bias != nullptr) y += s.bias[row];
+        const int64_t at = lane * s.n + row;
+        if (p.residual != nullptr) y = p.residual[at] + y;
+        s.out[at] = y;
+      }
     }
   };
 
@@ -449,8 +475,7 @@ int multiprocessors() {
 template <int kRows, GemvEpilogue kEpi>
 void launch(const GemvParams& p, cudaStream_t stream) {
   const size_t smem = gemv_smem_bytes(kRows, p.k, kEpi);
-  const int64_t items = kEpi == GemvEpilogue::kSwiGlu ? p.segments[0].n
-                                                       : p.segments[0].n + p.segments[1].n + p.segments[2].n;
+  const int64_t items = gemv_items(p, Config<kRows, kEpi>::kGroup);
   const int64_t resident = static_cast<int64_t>(multiprocessors()) * blocks_per_sm<kRows, kEpi>(smem);
   const int64_t blocks = std::min<int64_t>(resident, (items + kWarps - 1) / kWarps);
   cudaLaunchConfig_t config = {};
@@ -492,8 +517,9 @@ int gemv_max_smem_bytes() {
 }
 
 size_t gemv_smem_bytes(int64_t rows, int64_t k, GemvEpilogue epilogue) {
-  const int mats = epilogue == GemvEpilogue::kSwiGlu ? 2 : 1;
-  return static_cast<size_t>(rows) * staged_chunks(k, loads_per_batch(mats, static_cast<int>(rows))) * 16;
+  const int r = static_cast<int>(rows);
+  const int mats = epilogue == GemvEpilogue::kSwiGlu ? 2 : store_rows_per_item(r);
+  return static_cast<size_t>(rows) * staged_chunks(k, loads_per_batch(mats, r)) * 16;
 }
 
 void launch_gemv_bf16(const GemvParams& p, cudaStream_t stream) {

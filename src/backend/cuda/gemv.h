@@ -19,7 +19,8 @@
 // Kernel shape (gemv.cu): a persistent grid (as many blocks as fit on the device at once, never
 // more than the work needs), 16 warps per block; bf16(x) staged once per block in shared memory
 // (rows·k·2 bytes, rounded up to whole batches); each warp takes whole rows of W (rows g, g + G, ...
-// of the segments laid end to end, G warps in all), its lanes split the k axis in 16-byte loads, the
+// of the segments laid end to end, G warps in all; from 6 activation rows on, pairs of consecutive
+// rows, which share each read of x), its lanes split the k axis in 16-byte loads, the
 // next batch of loads issued before the current one is used (also across rows), each load feeding
 // two m16n8k16 MMAs whose diagonal holds the row's partial sums, then a warp butterfly per output.
 // With programmatic_launch, the first batch of weights is loaded before waiting on the previous

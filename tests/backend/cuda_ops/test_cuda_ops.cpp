@@ -118,8 +118,9 @@ TEST_F(CudaOps, MatmulRejectsShapeMismatch) {
   EXPECT_THROW(gpu->matmul(gx.view, gw, {}, gout.view), Error);
 }
 
-// The decode GEMV (gemv.h) at every batch size it takes, on shapes whose k is not a multiple of the
-// kernel's 256-chunk batches (k = 2056: 257 chunks of 8) and whose n is not a multiple of its warps.
+// The decode GEMV (gemv.h) at every batch size it takes, plain and with SwiGLU, on shapes whose k is
+// not a multiple of the kernel's batches (k = 2056: 257 chunks of 8) and whose n is not a multiple of
+// its warps nor of the rows a warp item takes (517: two rows per item from 6 activation rows on).
 TEST_F(CudaOps, GemvMatchesCpuForRows1To8) {
   const int64_t out = 517, in = 2056;
   const std::vector<float> w = random_floats(out * in, rng, 0.05f), bias = random_floats(out, rng);
@@ -129,6 +130,10 @@ TEST_F(CudaOps, GemvMatchesCpuForRows1To8) {
   std::unique_ptr<Buffer> unused;
   const std::vector<float> w_rounded = round_bf16(w);
   const Matrix cw = cpu.upload_matrix(w_rounded.data(), out, in, unused);
+  const std::vector<float> w2 = round_bf16(random_floats(out * in, rng, 0.05f));
+  std::unique_ptr<Buffer> w2_owner, unused2;
+  const Matrix gw2 = gpu->upload_matrix(w2.data(), out, in, w2_owner);
+  const Matrix cw2 = cpu.upload_matrix(w2.data(), out, in, unused2);
   for (int64_t rows = 1; rows <= 8; ++rows) {
     const std::vector<float> x = random_floats(rows * in, rng);
     auto gx = upload(*gpu, x, rows, in);
@@ -140,14 +145,25 @@ TEST_F(CudaOps, GemvMatchesCpuForRows1To8) {
     cpu.matmul({const_cast<float*>(x_rounded.data()), rows, in}, cw, {const_cast<float*>(bias.data()), out},
                {want.data(), rows, out});
     EXPECT_LE(test::relative_max_error(got, want), 1e-4) << rows << " rows";
+
+    // gate = w, up = w2: silu(x · w^T) · (x · w2^T) in one call.
+    auto gate = upload(*gpu, std::vector<float>(rows * out, NAN), rows, out);
+    auto up = upload(*gpu, std::vector<float>(rows * out, NAN), rows, out);
+    gpu->matmul_swiglu(gx.view, nullptr, gw, gw2, gate.view, up.view, gate.view);
+    const std::vector<float> got_s = download(*gpu, gate.view);
+    std::vector<float> c_gate(rows * out), c_up(rows * out);
+    cpu.matmul_swiglu({const_cast<float*>(x_rounded.data()), rows, in}, nullptr, cw, cw2, {c_gate.data(), rows, out},
+                      {c_up.data(), rows, out}, {c_gate.data(), rows, out});
+    EXPECT_LE(test::relative_max_error(got_s, c_gate), 1e-4) << rows << " rows, swiglu";
   }
 }
 
 // The fused products against the CPU backend's (the seam's defaults: the separate ops) on
 // bf16-rounded inputs, and bit for bit against the CUDA backend's own separate ops (the GEMV sums
-// in the same order fused or not). Batch 1 and 5; q/k/v widths not multiples of 16.
+// in the same order fused or not). Batch 1 and 6 (one and two W rows per warp item); q/k/v widths
+// odd, so that at 6 rows every segment ends in a short item.
 TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
-  const int64_t hidden = 1032, qw = 200, kvw = 72, inter = 2056;
+  const int64_t hidden = 1032, qw = 201, kvw = 73, inter = 2056;
   auto host_matrix = [&](int64_t out, int64_t in) { return round_bf16(random_floats(out * in, rng, 0.05f)); };
   const std::vector<float> wq = host_matrix(qw, hidden), wk = host_matrix(kvw, hidden), wv = host_matrix(kvw, hidden);
   const std::vector<float> wg = host_matrix(inter, hidden), wu = host_matrix(inter, hidden);
@@ -171,7 +187,7 @@ TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
   const Vector cbq{const_cast<float*>(bq.data()), qw}, cbk{const_cast<float*>(bk.data()), kvw},
       cbv{const_cast<float*>(bv.data()), kvw};
 
-  for (const int64_t rows : {1, 5}) {
+  for (const int64_t rows : {1, 6}) {
     const std::vector<float> x = round_bf16(random_floats(rows * hidden, rng));
     const std::vector<float> act = round_bf16(random_floats(rows * inter, rng));
     const std::vector<float> residual = random_floats(rows * hidden, rng);
