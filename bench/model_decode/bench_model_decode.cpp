@@ -1,6 +1,7 @@
-// Batch-1 decode of a Llama-3-8B-shaped model on the CUDA backend (bf16 weights): the whole
-// forward pass (model/transformer.cpp through runtime::run_forward_step, as the engine runs it),
-// one token per step, with the KV cache at a given context.
+// Decode steps of a Llama-3-8B-shaped model on the CUDA backend (bf16 weights): the whole forward
+// pass (model/transformer.cpp through runtime::run_forward_step, as the engine runs it), one token
+// per sequence and step, with the KV cache at a given context; batch 1, or --batch N sequences
+// decoding together (each with its own pages at the same context).
 //
 //   geometry   32 layers, hidden 4096, 32 q / 8 KV heads, head_dim 128, intermediate 14336,
 //              vocab 128256 (Llama-3-8B), untied LM head;
@@ -21,8 +22,9 @@
 //              vocabulary's logits), 9: the engine's step (overlapped),
 //              mode 6 with decode attention copying all its KV after waiting for the KV write
 //              (CudaBackend::set_decode_prefix_before_wait(false): the state before);
-//   products   each batch-1 product alone (single and fused, L2 flushed before each), the GEMV
-//              (gemv.h, the default) against cuBLAS, in GB/s and as a fraction of the read bandwidth;
+//   products   each product of a decode step alone (single and fused, L2 flushed before each), at
+//              batch 1 or the --product-rows batches, the GEMV (gemv.h, the default) against cuBLAS,
+//              in GB/s and as a fraction of the read bandwidth;
 //   roofline   the device's read bandwidth measured in the same run (bench/common/read_bandwidth.h); the
 //              weight-read limit = bytes of weights read per token / bandwidth (the LM head
 //              included, the embedding table not: decode reads one row of it), and the weights+KV
@@ -41,8 +43,8 @@
 //              the rest), their cost inside the graph = the difference. The logits are then not
 //              the model's; the rows say so.
 //
-//   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48]
-//                      [--modes 0,...,9] [--no-products] [--no-breakdown]
+//   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48] [--batch 1]
+//                      [--modes 0,...,10] [--no-products] [--product-rows 1,4,8] [--no-breakdown]
 //                      [--skip attention,rope_kv_write,both] [--timeline]
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
 //          RoPE and KV write unfused, 5 graph + GEMV, the decode merge triggering the o GEMV at its
@@ -53,7 +55,9 @@
 //          spread (as many per SM as fit: CudaBackend::set_decode_spread_blocks(false)), 9 as 6
 //          overlapped as the engine runs it (EngineOptions::overlap): each step launched, its token
 //          fed from the previous step's draw on the device, before that draw is read back; the
-//          time is the interval between two tokens' arrivals on the host
+//          time is the interval between two tokens' arrivals on the host; 10 as 9 with the GEMV
+//          for every product it takes (CudaBackend::set_gemv_everywhere), not only up to the rows
+//          where it outpaces cuBLAS (gemv.h, gemv_faster_rows)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -88,7 +92,9 @@ struct Args {
   std::vector<int64_t> contexts{1024, 32768};
   std::vector<quant::KvDtype> kv{quant::KvDtype::kBF16, quant::KvDtype::kNVFP4};
   int steps = 48;
+  int64_t batch = 1;  // sequences per decode step
   bool products = true;  // the per-product table (--no-products: only the decode steps, e.g. under ncu)
+  std::vector<int64_t> product_rows{1};  // activation rows of the per-product table (a decode batch)
   bool breakdown = true;  // the per-op table of an eager step
   std::vector<int> modes{9, 6, 0, 1, 2, 3};  // 9 first: the engine's generation step, the headline figure
   // Ablations: after the modes, each KV format and context runs mode 0 again with these ops dropped
@@ -126,8 +132,18 @@ Args parse_args(int argc, char** argv) {
       for (const std::string& k : split(value())) a.kv.push_back(quant::parse_kv_dtype(k));
     } else if (arg == "--steps") {
       a.steps = std::stoi(value());
+    } else if (arg == "--batch") {
+      a.batch = std::stoll(value());
+      NIBBLE_CHECK(a.batch >= 1 && a.batch <= 256, "--batch: {} is not in 1..256", a.batch);
     } else if (arg == "--no-products") {
       a.products = false;
+    } else if (arg == "--product-rows") {
+      a.product_rows.clear();
+      for (const std::string& r : split(value())) {
+        const int64_t rows = std::stoll(r);
+        NIBBLE_CHECK(rows >= 1 && rows <= 64, "--product-rows: {} is not in 1..64", r);
+        a.product_rows.push_back(rows);
+      }
     } else if (arg == "--no-breakdown") {
       a.breakdown = false;
     } else if (arg == "--timeline") {
@@ -142,16 +158,18 @@ Args parse_args(int argc, char** argv) {
       a.modes.clear();
       for (const std::string& m : split(value())) {
         const int mode = std::stoi(m);
-        NIBBLE_CHECK(mode >= 0 && mode <= 9, "--modes: {} is not one of 0..9", m);
+        NIBBLE_CHECK(mode >= 0 && mode <= 10, "--modes: {} is not one of 0..10", m);
         a.modes.push_back(mode);
       }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --modes 0,...,9 "
-                  "--no-products --no-breakdown --skip attention,rope_kv_write,both --timeline)",
+      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --batch N "
+                  "--modes 0,...,10 --no-products --product-rows 1,4,8 --no-breakdown "
+                  "--skip attention,rope_kv_write,both --timeline)",
                   arg);
     }
   }
-  NIBBLE_CHECK(a.layers > 0 && a.steps > 0 && !a.contexts.empty() && !a.kv.empty() && !a.modes.empty(),
+  NIBBLE_CHECK(a.layers > 0 && a.steps > 0 && !a.contexts.empty() && !a.kv.empty() && !a.modes.empty() &&
+                   !a.product_rows.empty(),
                "bad arguments");
   return a;
 }
@@ -316,17 +334,22 @@ int run(int argc, char** argv) {
   const double bandwidth = measure_read_bandwidth(int64_t{4} << 30, 10);
   std::printf("# %s\n# model: Llama-3-8B shape, %lld layers, bf16 weights %.2f GB read per token; setup %.1f s\n",
               command.c_str(), static_cast<long long>(cfg.num_layers), weight_bytes * 1e-9, setup_s);
-  std::printf("# measured read bandwidth: %.0f GB/s (4 GiB buffer) -> weight-read limit %.3f ms/token\n",
+  std::printf("# measured read bandwidth: %.0f GB/s (4 GiB buffer) -> weight-read limit %.3f ms/step\n",
               bandwidth * 1e-9, weight_bytes / bandwidth * 1e3);
-  // The products of one decode token alone (batch 1), as the forward pass calls them (the fused ones
-  // too): the GEMV (gemv.h, the default) against cuBLAS (set_small_matmul(false): the fused products
-  // then run as their separate ops). L2 is flushed before each timed call (a 256 MiB read), so
-  // every call reads its weights from device memory; median of 20 calls, timed with events.
+  // The products of one decode step alone (batch 1, or --product-rows R: a step of R sequences), as
+  // the forward pass calls them (the fused ones too): the GEMV (gemv.h, the default; up to 8 rows)
+  // against cuBLAS (set_small_matmul(false): the fused products then run as their separate ops).
+  // L2 is flushed before each timed call (a 256 MiB read), so every call reads its weights from
+  // device memory; median of 20 calls, timed with events. The GEMV column is the kernel at every
+  // batch size (set_gemv_everywhere), not the engine's routing (gemv.h, gemv_faster_rows); past its
+  // rows (or its shared memory) both columns are cuBLAS.
   if (args.products) {
-    std::printf("| product (batch 1) | weights [n, k] | MB | GEMV us | GEMV GB/s | of read bw | cuBLAS us | cuBLAS GB/s "
-                "|\n|---|---|---|---|---|---|---|---|\n");
-    auto x_buf = be->allocate(inter * 4), out_buf = be->allocate(vocab * 4), res_buf = be->allocate(h * 4);
-    auto s1 = be->allocate(inter * 4), s2 = be->allocate(inter * 4), s3 = be->allocate(inter * 4);
+    cuda.set_gemv_everywhere(true);
+    const int64_t max_rows = *std::max_element(args.product_rows.begin(), args.product_rows.end());
+    auto x_buf = be->allocate(max_rows * inter * 4), out_buf = be->allocate(max_rows * vocab * 4);
+    auto res_buf = be->allocate(max_rows * h * 4);
+    auto s1 = be->allocate(max_rows * inter * 4), s2 = be->allocate(max_rows * inter * 4);
+    auto s3 = be->allocate(max_rows * inter * 4);
     auto flush = be->allocate(int64_t{256} << 20), sink = be->allocate(16);
     std::vector<std::unique_ptr<backend::Buffer>> owners;
     auto upload = [&](int64_t n, int64_t k) {
@@ -335,27 +358,33 @@ int run(int argc, char** argv) {
     };
     const backend::Matrix wq = upload(qw, h), wk = upload(kvw, h), wv = upload(kvw, h), wo = upload(h, qw);
     const backend::Matrix wg = upload(inter, h), wu = upload(inter, h), wd = upload(h, inter), lm = upload(vocab, h);
-    const backend::Tensor xh{x_buf->floats(), 1, h}, xi{x_buf->floats(), 1, inter}, res{res_buf->floats(), 1, h};
-    auto out = [&](int64_t n) { return backend::Tensor{out_buf->floats(), 1, n}; };
-    std::unique_ptr<backend::Buffer> gain_owner, normed = be->allocate(h * 4);
-    const backend::Backend::InputNorm norm{.weight = be->upload_vector(ones.data(), h, gain_owner), .eps = 1e-5f,
-                                           .normed = {normed->floats(), 1, h}};
+    int64_t r = 1;  // rows of the table being timed
+    auto xh = [&] { return backend::Tensor{x_buf->floats(), r, h}; };
+    auto xi = [&] { return backend::Tensor{x_buf->floats(), r, inter}; };
+    auto out = [&](int64_t n) { return backend::Tensor{out_buf->floats(), r, n}; };
+    auto scratch = [&](backend::Buffer& b, int64_t n) { return backend::Tensor{b.floats(), r, n}; };
+    std::unique_ptr<backend::Buffer> gain_owner, normed = be->allocate(max_rows * h * 4);
+    const backend::Vector gain = be->upload_vector(ones.data(), h, gain_owner);
+    auto norm = [&] {
+      return backend::Backend::InputNorm{.weight = gain, .eps = 1e-5f, .normed = {normed->floats(), r, h}};
+    };
     struct Case {
       const char* name;
       int64_t n, k;  // weights read: n rows of k bf16
       std::function<void()> call;
     };
     const Case cases[] = {
-        {"k or v", kvw, h, [&] { be->matmul(xh, wk, {}, out(kvw)); }},
-        {"q or o", qw, h, [&] { be->matmul(xh, wq, {}, out(qw)); }},
-        {"gate or up", inter, h, [&] { be->matmul(xh, wg, {}, out(inter)); }},
-        {"down", h, inter, [&] { be->matmul(xi, wd, {}, out(h)); }},
-        {"LM head", vocab, h, [&] { be->matmul(xh, lm, {}, out(vocab)); }},
+        {"k or v", kvw, h, [&] { be->matmul(xh(), wk, {}, out(kvw)); }},
+        {"q or o", qw, h, [&] { be->matmul(xh(), wq, {}, out(qw)); }},
+        {"gate or up", inter, h, [&] { be->matmul(xh(), wg, {}, out(inter)); }},
+        {"down", h, inter, [&] { be->matmul(xi(), wd, {}, out(h)); }},
+        {"LM head", vocab, h, [&] { be->matmul(xh(), lm, {}, out(vocab)); }},
         {"RMSNorm + LM head", vocab, h,
          [&] {
            const backend::Vector no_bias{};
            const backend::Tensor o = out(vocab);
-           be->matmul_shared_input(xh, &norm, std::span<const backend::Matrix>(&lm, 1),
+           const backend::Backend::InputNorm n = norm();
+           be->matmul_shared_input(xh(), &n, std::span<const backend::Matrix>(&lm, 1),
                                    std::span<const backend::Vector>(&no_bias, 1),
                                    std::span<const backend::Tensor>(&o, 1));
          }},
@@ -363,54 +392,66 @@ int run(int argc, char** argv) {
          [&] {
            const backend::Matrix ws[] = {wq, wk, wv};
            const backend::Vector bs[] = {{}, {}, {}};
-           const backend::Tensor os[] = {{s1->floats(), 1, qw}, {s2->floats(), 1, kvw}, {s3->floats(), 1, kvw}};
-           be->matmul_shared_input(xh, &norm, ws, bs, os);
+           const backend::Tensor os[] = {scratch(*s1, qw), scratch(*s2, kvw), scratch(*s3, kvw)};
+           const backend::Backend::InputNorm n = norm();
+           be->matmul_shared_input(xh(), &n, ws, bs, os);
          }},
         {"RMSNorm + gate/up + SwiGLU", 2 * inter, h,
          [&] {
-           const backend::Tensor g{s1->floats(), 1, inter}, u{s2->floats(), 1, inter};
-           be->matmul_swiglu(xh, &norm, wg, wu, g, u, g);
+           const backend::Tensor g = scratch(*s1, inter), u = scratch(*s2, inter);
+           const backend::Backend::InputNorm n = norm();
+           be->matmul_swiglu(xh(), &n, wg, wu, g, u, g);
          }},
-        {"o + residual", h, qw, [&] { be->matmul_residual_add({x_buf->floats(), 1, qw}, wo, out(h), res); }},
-        {"down + residual", h, inter, [&] { be->matmul_residual_add(xi, wd, out(h), res); }},
+        {"o + residual", h, qw,
+         [&] { be->matmul_residual_add({x_buf->floats(), r, qw}, wo, out(h), scratch(*res_buf, h)); }},
+        {"down + residual", h, inter, [&] { be->matmul_residual_add(xi(), wd, out(h), scratch(*res_buf, h)); }},
     };
     cudaEvent_t begin, end;
     cudaEventCreate(&begin);
     cudaEventCreate(&end);
-    double fused_us = 0;
-    for (const Case& c : cases) {
-      double us[2];
-      for (const bool small : {true, false}) {
-        cuda.set_small_matmul(small);
-        std::vector<double> t;
-        for (int rep = 0; rep < 21; ++rep) {
-          read_through(flush->data(), int64_t{256} << 20, static_cast<unsigned*>(sink->data()), cuda.stream());
-          cudaEventRecord(begin, cuda.stream());
-          c.call();
-          cudaEventRecord(end, cuda.stream());
-          cudaEventSynchronize(end);
-          float ms = 0;
-          cudaEventElapsedTime(&ms, begin, end);
-          if (rep > 0) t.push_back(ms * 1e3);
+    for (const int64_t rows : args.product_rows) {
+      r = rows;
+      std::printf("| product (%lld row%s) | weights [n, k] | MB | GEMV us | GEMV GB/s | of read bw | cuBLAS us | "
+                  "cuBLAS GB/s |\n|---|---|---|---|---|---|---|---|\n",
+                  static_cast<long long>(r), r == 1 ? "" : "s");
+      double fused_us = 0;
+      for (const Case& c : cases) {
+        double us[2];
+        for (const bool small : {true, false}) {
+          cuda.set_small_matmul(small);
+          std::vector<double> t;
+          for (int rep = 0; rep < 21; ++rep) {
+            read_through(flush->data(), int64_t{256} << 20, static_cast<unsigned*>(sink->data()), cuda.stream());
+            cudaEventRecord(begin, cuda.stream());
+            c.call();
+            cudaEventRecord(end, cuda.stream());
+            cudaEventSynchronize(end);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, begin, end);
+            if (rep > 0) t.push_back(ms * 1e3);
+          }
+          us[small ? 0 : 1] = median(t);
         }
-        us[small ? 0 : 1] = median(t);
+        cuda.set_small_matmul(true);
+        const double gb = static_cast<double>(c.n * c.k * 2) * 1e-9;
+        std::printf("| %s | [%lld, %lld] | %.1f | %.1f | %.0f | %.1f%% | %.1f | %.0f |\n", c.name,
+                    static_cast<long long>(c.n), static_cast<long long>(c.k), gb * 1e3, us[0], gb / (us[0] * 1e-6),
+                    100.0 * gb * 1e9 / (us[0] * 1e-6) / bandwidth, us[1], gb / (us[1] * 1e-6));
+        const std::string name = c.name;
+        if (name.find('+') != std::string::npos && name.find("LM") == std::string::npos) fused_us += us[0];
       }
-      cuda.set_small_matmul(true);
-      const double gb = static_cast<double>(c.n * c.k * 2) * 1e-9;
-      std::printf("| %s | [%lld, %lld] | %.1f | %.1f | %.0f | %.1f%% | %.1f | %.0f |\n", c.name,
-                  static_cast<long long>(c.n), static_cast<long long>(c.k), gb * 1e3, us[0], gb / (us[0] * 1e-6),
-                  100.0 * gb * 1e9 / (us[0] * 1e-6) / bandwidth, us[1], gb / (us[1] * 1e-6));
-      const std::string name = c.name;
-      if (name.find('+') != std::string::npos && name.find("LM") == std::string::npos) fused_us += us[0];
+      std::printf("# %lld row%s: one layer's products as the forward pass calls them (RMSNorm + q/k/v, o + "
+                  "residual, RMSNorm + gate/up + SwiGLU, down + residual): %.1f us GEMV; at the read bandwidth "
+                  "%.1f us\n",
+                  static_cast<long long>(r), r == 1 ? "" : "s", fused_us,
+                  static_cast<double>(layer_matrix * 2) / bandwidth * 1e6);
     }
-    std::printf("# one layer's products as the forward pass calls them (RMSNorm + q/k/v, o + residual, RMSNorm + "
-                "gate/up + SwiGLU, down + residual): %.1f us GEMV; at the read bandwidth %.1f us\n",
-                fused_us, static_cast<double>(layer_matrix * 2) / bandwidth * 1e6);
     cudaEventDestroy(begin);
     cudaEventDestroy(end);
+    cuda.set_gemv_everywhere(false);
   }
-  std::printf("| KV | context | CUDA graph | ms/token | tokens/s | weight-read limit ms | of limit | weights+KV "
-              "limit ms | of limit |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| KV | context | batch | CUDA graph | ms/step | tokens/s | weight-read limit ms | of limit | "
+              "weights+KV limit ms | of limit |\n|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
 
   std::string breakdown;  // the per-op table, printed last
@@ -418,33 +459,46 @@ int run(int argc, char** argv) {
   for (const quant::KvDtype kv : args.kv) {
     for (const int64_t context : args.contexts) {
       const int64_t page_size = 16;
-      const int64_t pages_needed = (context + args.steps + 8 + page_size - 1) / page_size;
+      const int64_t pages_needed = (context + args.steps + 8 + page_size - 1) / page_size;  // per sequence
+      const int64_t batch = args.batch;
       cache::KvPool pool =
-          runtime::make_kv_pool(tf, {.kv_dtype = kv, .page_size = page_size, .num_pages = pages_needed});
-      std::vector<int32_t> pages(static_cast<size_t>(pages_needed));
+          runtime::make_kv_pool(tf, {.kv_dtype = kv, .page_size = page_size, .num_pages = batch * pages_needed});
+      std::vector<int32_t> pages(static_cast<size_t>(batch * pages_needed));  // sequence i: [i, i + 1) · pages_needed
       std::iota(pages.begin(), pages.end(), 0);
       const double kv_bytes_per_token = static_cast<double>(pool.layout().page_bytes()) / page_size;
       // Median wall time of args.steps decode steps after 3 warm-up steps (eager, capture, replay).
       // sampled: the token drawn on the device (greedy) instead of the logits copied back.
+      // The steps of the batch's sequences at `position`: sequence i reads its own pages; `token` holds
+      // their tokens (fed_row >= 0: each takes row i of the previous step's draws instead).
+      std::vector<int32_t> tokens(static_cast<size_t>(batch));
+      auto batch_steps = [&](int64_t position, bool fed) {
+        std::vector<backend::SequenceStep> steps;
+        for (int64_t i = 0; i < batch; ++i) {
+          steps.push_back({.first_position = position,
+                           .tokens = {&tokens[static_cast<size_t>(i)], 1},
+                           .pages = {pages.data() + i * pages_needed,
+                                     static_cast<size_t>((position + 1 + page_size - 1) / page_size)},
+                           .fed_row = fed ? static_cast<int32_t>(i) : -1});
+        }
+        return steps;
+      };
+      const std::vector<backend::SampleRequest> greedy(static_cast<size_t>(batch));
       auto time_steps = [&](bool sampled = false) {
         std::vector<double> times;
         for (int step = 0; step < args.steps + 3; ++step) {
           const int64_t position = context - 1 + step;
-          const int32_t token = static_cast<int32_t>(1000 + step);
-          const backend::SequenceStep s{
-              .first_position = position,
-              .tokens = {&token, 1},
-              .pages = {pages.data(), static_cast<size_t>((position + 1 + page_size - 1) / page_size)}};
+          for (int64_t i = 0; i < batch; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(1000 + step + i);
+          const std::vector<backend::SequenceStep> s = batch_steps(position, false);
           const auto begin = std::chrono::steady_clock::now();
           if (sampled) {
-            const backend::SampleRequest greedy{};
             const std::vector<backend::SampledToken> drawn =
-                runtime::run_forward_step_sampled(tf, pool, quant::Rotation::kNone, {&s, 1}, {&greedy, 1});
-            NIBBLE_CHECK(drawn.size() == 1 && drawn[0].id >= 0 && drawn[0].id < vocab, "expected one token id");
+                runtime::run_forward_step_sampled(tf, pool, quant::Rotation::kNone, s, greedy);
+            NIBBLE_CHECK(static_cast<int64_t>(drawn.size()) == batch, "expected {} token ids", batch);
+            for (const backend::SampledToken& d : drawn) NIBBLE_CHECK(d.id >= 0 && d.id < vocab, "bad token id");
           } else {
-            const std::vector<float> logits = runtime::run_forward_step(tf, pool, quant::Rotation::kNone, {&s, 1});
-            NIBBLE_CHECK(static_cast<int64_t>(logits.size()) == vocab, "expected {} logits, got {}", vocab,
-                         logits.size());
+            const std::vector<float> logits = runtime::run_forward_step(tf, pool, quant::Rotation::kNone, s);
+            NIBBLE_CHECK(static_cast<int64_t>(logits.size()) == batch * vocab, "expected {} logits, got {}",
+                         batch * vocab, logits.size());
           }
           const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
           if (step >= 3) times.push_back(seconds);
@@ -455,33 +509,26 @@ int run(int argc, char** argv) {
       // step s, before that token is read; the median interval between two tokens read.
       auto time_overlapped_steps = [&] {
         backend::Backend& be = tf.backend();
-        const backend::SampleRequest greedy{};
-        const int32_t first_token = 1000, placeholder = -1;
-        auto step_at = [&](int64_t step) {
-          const int64_t position = context - 1 + step;
-          return backend::SequenceStep{
-              .first_position = position,
-              .tokens = {step == 0 ? &first_token : &placeholder, 1},
-              .pages = {pages.data(), static_cast<size_t>((position + 1 + page_size - 1) / page_size)},
-              .fed_row = step == 0 ? -1 : 0};
-        };
-        backend::SequenceStep s = step_at(0);
-        be.sample_launch(runtime::launch_forward_step(tf, pool, quant::Rotation::kNone, {&s, 1}), {&greedy, 1});
+        for (int64_t i = 0; i < batch; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(1000 + i);
+        std::vector<backend::SequenceStep> s = batch_steps(context - 1, false);
+        be.sample_launch(runtime::launch_forward_step(tf, pool, quant::Rotation::kNone, s), greedy);
+        std::fill(tokens.begin(), tokens.end(), -1);  // placeholders: every later step is fed its tokens
         std::vector<double> times;
+        std::vector<backend::SampledToken> drawn(static_cast<size_t>(batch));
         auto last = std::chrono::steady_clock::now();
         for (int step = 1; step <= args.steps + 3; ++step) {
-          s = step_at(step);
-          const backend::Tensor logits = runtime::launch_forward_step(tf, pool, quant::Rotation::kNone, {&s, 1});
-          backend::SampledToken drawn;
-          be.sample_wait({&drawn, 1});  // step - 1's token, while step runs
-          NIBBLE_CHECK(drawn.id >= 0 && drawn.id < vocab, "expected a token id, got {}", drawn.id);
-          be.sample_launch(logits, {&greedy, 1});
+          s = batch_steps(context - 1 + step, true);
+          const backend::Tensor logits = runtime::launch_forward_step(tf, pool, quant::Rotation::kNone, s);
+          be.sample_wait(drawn);  // step - 1's tokens, while step runs
+          for (const backend::SampledToken& d : drawn) {
+            NIBBLE_CHECK(d.id >= 0 && d.id < vocab, "expected a token id, got {}", d.id);
+          }
+          be.sample_launch(logits, greedy);
           const auto now = std::chrono::steady_clock::now();
           if (step > 3) times.push_back(std::chrono::duration<double>(now - last).count());
           last = now;
         }
-        backend::SampledToken drawn;
-        be.sample_wait({&drawn, 1});
+        be.sample_wait(drawn);
         return median(times);
       };
       // The backend settings of a mode (the file comment's list; 0 = the defaults).
@@ -493,20 +540,24 @@ int run(int argc, char** argv) {
         cuda.set_merge_early_trigger(mode != 5);
         cuda.set_decode_prefix_before_wait(mode != 7);
         cuda.set_decode_spread_blocks(mode != 8);
+        cuda.set_gemv_everywhere(mode == 10);
       };
       for (const int mode : args.modes) {
         set_mode(mode);
-        const double t = mode == 9 ? time_overlapped_steps() : time_steps(mode >= 6);
+        const double t = mode >= 9 ? time_overlapped_steps() : time_steps(mode >= 6);
         const char* const mode_names[] = {"on", "off", "on, cuBLAS matmuls", "on, GEMV without PDL",
                                           "on, RoPE + KV write unfused", "on, merge triggers the o GEMV at its end",
                                           "on, token sampled on the device",
                                           "on, sampled, decode KV copied after the wait",
                                           "on, sampled, decode blocks not spread",
-                                          "on, sampled, overlapped (the engine's step)"};
+                                          "on, sampled, overlapped (the engine's step)",
+                                          "on, sampled, overlapped, GEMV for every product it takes"};
         const double weight_limit = weight_bytes / bandwidth;
-        const double total_limit = (weight_bytes + kv_bytes_per_token * static_cast<double>(context)) / bandwidth;
-        std::printf("| %s | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n", quant::kv_dtype_name(kv),
-                    static_cast<long long>(context), mode_names[mode], t * 1e3, 1.0 / t, weight_limit * 1e3,
+        const double total_limit =
+            (weight_bytes + kv_bytes_per_token * static_cast<double>(context * batch)) / bandwidth;
+        std::printf("| %s | %lld | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n",
+                    quant::kv_dtype_name(kv), static_cast<long long>(context), static_cast<long long>(batch),
+                    mode_names[mode], t * 1e3, static_cast<double>(batch) / t, weight_limit * 1e3,
                     100.0 * weight_limit / t, total_limit * 1e3, 100.0 * total_limit / t);
         std::fflush(stdout);
       }
@@ -516,11 +567,11 @@ int run(int argc, char** argv) {
         const double t = time_steps();
         timer.set_skip({});
         const double weight_limit = weight_bytes / bandwidth;
-        std::printf("| %s | %lld | on, without %s (ablation: not the model's logits) | %.3f | %.1f | %.3f | %.1f%% | "
-                    "| |\n",
-                    quant::kv_dtype_name(kv), static_cast<long long>(context),
-                    skip == "both" ? "attention and rope_kv_write" : skip.c_str(), t * 1e3, 1.0 / t,
-                    weight_limit * 1e3, 100.0 * weight_limit / t);
+        std::printf("| %s | %lld | %lld | on, without %s (ablation: not the model's logits) | %.3f | %.1f | %.3f | "
+                    "%.1f%% | | |\n",
+                    quant::kv_dtype_name(kv), static_cast<long long>(context), static_cast<long long>(batch),
+                    skip == "both" ? "attention and rope_kv_write" : skip.c_str(), t * 1e3,
+                    static_cast<double>(batch) / t, weight_limit * 1e3, 100.0 * weight_limit / t);
         std::fflush(stdout);
       }
       if (args.timeline) {

@@ -336,7 +336,8 @@ void CudaBackend::launch_matmul(Tensor x, const Matrix& w, const Vector& bias, T
 }
 
 bool CudaBackend::use_gemv(const cuda::GemvParams& p) const {
-  return weights_ == WeightPrecision::kBF16 && small_matmul_ && cuda::gemv_supports(p);
+  return weights_ == WeightPrecision::kBF16 && small_matmul_ && cuda::gemv_supports(p) &&
+         (gemv_everywhere_ || p.rows <= cuda::gemv_faster_rows(p));
 }
 
 void CudaBackend::record_gemv(cuda::GemvParams p) {

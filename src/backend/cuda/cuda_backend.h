@@ -103,6 +103,9 @@ class CudaBackend final : public Backend {
   // bf16 matmuls of 1..8 rows through gemv.h's gemv_bf16 (default, fused products too) or cuBLAS
   // (the fused products then run as the separate ops).
   void set_small_matmul(bool on) { small_matmul_ = on; }
+  // With small matmuls on, the GEMV for every product it takes (tests of the kernel, benchmarks),
+  // instead of only up to the rows where it outpaces cuBLAS (gemv_faster_rows; default).
+  void set_gemv_everywhere(bool on) { gemv_everywhere_ = on; }
   // GEMV launches with programmatic dependent launch (gemv.h; default on).
   void set_gemv_programmatic_launch(bool on) { gemv_programmatic_ = on; }
   // RoPE + KV write in one kernel and the KV write launched programmatically (default on); off: the
@@ -127,7 +130,8 @@ class CudaBackend final : public Backend {
   // Grows the bf16 scratch that matmul converts its activations into (stream-ordered).
   void reserve_bf16_scratch(int64_t elements);
   void launch_matmul(Tensor x, const Matrix& w, const Vector& bias, Tensor out);
-  // Whether a product runs on gemv_bf16 (bf16 weights, GEMV on, a shape it takes).
+  // Whether a product runs on gemv_bf16 (bf16 weights, GEMV on, a shape it takes, rows where it
+  // is the faster path unless set_gemv_everywhere).
   bool use_gemv(const cuda::GemvParams& p) const;
   // Records (or launches) one gemv_bf16 call; its signature covers every field of p.
   void record_gemv(cuda::GemvParams p);
@@ -151,6 +155,7 @@ class CudaBackend final : public Backend {
   void* blas_workspace_ = nullptr;      // cuBLAS's workspace (cublasSetWorkspace), fixed for graph capture
   bool graphs_enabled_ = true;
   bool small_matmul_ = true;
+  bool gemv_everywhere_ = false;
   bool gemv_programmatic_ = true;
   bool small_op_fusion_ = true;
   bool merge_early_trigger_ = true;

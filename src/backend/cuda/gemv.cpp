@@ -36,6 +36,16 @@ bool gemv_supports(const GemvParams& p) {
   return p.residual == nullptr || p.num_segments == 1;
 }
 
+int gemv_faster_rows(const GemvParams& p) {
+  int64_t n = 0;
+  for (int s = 0; s < p.num_segments && s < kGemvMaxSegments; ++s) n += p.segments[s].n;
+  if (p.k > 8192) return 4;
+  if (p.norm_weight == nullptr) return 5;
+  if (n <= 4 * p.k) return 8;
+  if (n <= 8 * p.k) return 6;
+  return 4;
+}
+
 void gemv_bf16(const GemvParams& p, cudaStream_t stream) {
   NIBBLE_CHECK(gemv_supports(p),
                "gemv_bf16: unsupported shape: rows {} (1..{}), k {} (a multiple of 8; bf16(x), padded to whole "

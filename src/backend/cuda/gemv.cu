@@ -115,9 +115,9 @@ __host__ __device__ constexpr int64_t staged_chunks(int64_t k, int ku) {
 __host__ __device__ constexpr int store_rows_per_item(int rows) { return rows >= 6 ? 2 : 1; }
 // Items of a product: output rows in groups of `group` (kStore: each segment its own groups).
 __host__ __device__ inline int64_t gemv_items(const GemvParams& p, int group) {
+  if (p.epilogue == GemvEpilogue::kSwiGlu) return p.segments[0].n;
   auto groups = [group](int64_t n) { return (n + group - 1) / group; };
-  return p.epilogue == GemvEpilogue::kSwiGlu ? p.segments[0].n
-                                             : groups(p.segments[0].n) + groups(p.segments[1].n) + groups(p.segments[2].n);
+  return groups(p.segments[0].n) + groups(p.segments[1].n) + groups(p.segments[2].n);
 }
 
 template <int kRows, GemvEpilogue kEpi>

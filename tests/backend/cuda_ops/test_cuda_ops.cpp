@@ -121,7 +121,9 @@ TEST_F(CudaOps, MatmulRejectsShapeMismatch) {
 // The decode GEMV (gemv.h) at every batch size it takes, plain and with SwiGLU, on shapes whose k is
 // not a multiple of the kernel's batches (k = 2056: 257 chunks of 8) and whose n is not a multiple of
 // its warps nor of the rows a warp item takes (517: two rows per item from 6 activation rows on).
+// The GEMV runs at every batch size here (set_gemv_everywhere), not only where it is the faster path.
 TEST_F(CudaOps, GemvMatchesCpuForRows1To8) {
+  dynamic_cast<CudaBackend&>(*gpu).set_gemv_everywhere(true);
   const int64_t out = 517, in = 2056;
   const std::vector<float> w = random_floats(out * in, rng, 0.05f), bias = random_floats(out, rng);
   std::unique_ptr<Buffer> w_owner, b_owner;
@@ -161,7 +163,9 @@ TEST_F(CudaOps, GemvMatchesCpuForRows1To8) {
 // The fused products against the CPU backend's (the seam's defaults: the separate ops) on
 // bf16-rounded inputs, and bit for bit against the CUDA backend's own separate ops (the GEMV sums
 // in the same order fused or not). Batch 1 and 6 (one and two W rows per warp item); q/k/v widths
-// odd, so that at 6 rows every segment ends in a short item.
+// odd, so that at 6 rows every segment ends in a short item. Every product on the GEMV
+// (set_gemv_everywhere), then, at 6 rows, as routed by default (gemv_faster_rows: the residual
+// product on cuBLAS, the fused-norm ones on the GEMV).
 TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
   const int64_t hidden = 1032, qw = 201, kvw = 73, inter = 2056;
   auto host_matrix = [&](int64_t out, int64_t in) { return round_bf16(random_floats(out * in, rng, 0.05f)); };
@@ -187,7 +191,9 @@ TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
   const Vector cbq{const_cast<float*>(bq.data()), qw}, cbk{const_cast<float*>(bk.data()), kvw},
       cbv{const_cast<float*>(bv.data()), kvw};
 
-  for (const int64_t rows : {1, 6}) {
+  for (const auto [rows, everywhere] : {std::pair{1, true}, std::pair{6, true}, std::pair{6, false}}) {
+    SCOPED_TRACE(fmt::format("{} rows, GEMV {}", rows, everywhere ? "everywhere" : "where faster"));
+    dynamic_cast<CudaBackend&>(*gpu).set_gemv_everywhere(everywhere);
     const std::vector<float> x = round_bf16(random_floats(rows * hidden, rng));
     const std::vector<float> act = round_bf16(random_floats(rows * inter, rng));
     const std::vector<float> residual = random_floats(rows * hidden, rng);
@@ -261,6 +267,7 @@ TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
 // order). 4104 columns: a wide row where 8 threads take a 17th value (4104 = 16·256 + 8), and at 3
 // and 8 rows each thread stages several 8-value entries (rows·k/8 > the block's 512 threads).
 TEST_F(CudaOps, FusedInputNormMatchesRmsNormThenProducts) {
+  dynamic_cast<CudaBackend&>(*gpu).set_gemv_everywhere(true);
   for (const int64_t hidden : {520, 1032, 4104}) {
     const int64_t qw = 136, kvw = 40, inter = 264;
     const std::vector<float> wq = round_bf16(random_floats(qw * hidden, rng, 0.05f));
@@ -322,6 +329,25 @@ TEST_F(CudaOps, FusedInputNormMatchesRmsNormThenProducts) {
       EXPECT_EQ(got_s, sep_s) << hidden << " x " << rows;
     }
   }
+}
+
+// Which products the backend gives the GEMV by default: up to the rows where it outpaces cuBLAS,
+// by product (gemv.h's measured crossovers), on the Llama-3-8B shapes they were measured on.
+TEST(GemvRouting, FasterRowsFollowTheMeasuredCrossovers) {
+  const int64_t h = 4096, inter = 14336;
+  static const float gain[1] = {1.0f};
+  auto params = [&](int64_t k, std::initializer_list<int64_t> widths, bool norm) {
+    cuda::GemvParams p{.rows = 1, .k = k, .segments = {}, .num_segments = static_cast<int>(widths.size())};
+    int s = 0;
+    for (const int64_t n : widths) p.segments[s++].n = n;
+    if (norm) p.norm_weight = gain;
+    return p;
+  };
+  EXPECT_EQ(cuda::gemv_faster_rows(params(inter, {h}, false)), 4);              // down (+ residual)
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h}, false)), 5);                  // o (+ residual)
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h, 1024, 1024}, true)), 8);       // RMSNorm + q/k/v
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {inter, inter}, true)), 6);        // RMSNorm + gate/up
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {128256}, true)), 4);              // RMSNorm + LM head
 }
 
 // Past the GEMV's batch sizes (prefill rows) the fused products run as the separate cuBLAS ops.
