@@ -39,11 +39,9 @@ bool gemv_supports(const GemvParams& p) {
 int gemv_faster_rows(const GemvParams& p) {
   int64_t n = 0;
   for (int s = 0; s < p.num_segments && s < kGemvMaxSegments; ++s) n += p.segments[s].n;
-  if (p.k > 8192) return 4;
-  if (p.norm_weight == nullptr) return 5;
-  if (n <= 4 * p.k) return 8;
-  if (n <= 8 * p.k) return 6;
-  return 4;
+  if (p.k > 8192) return 4;                                 // down
+  if (p.norm_weight != nullptr && n > 8 * p.k) return 4;   // the LM head
+  return 8;
 }
 
 void gemv_bf16(const GemvParams& p, cudaStream_t stream) {

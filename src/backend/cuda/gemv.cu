@@ -242,7 +242,17 @@ __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
           for (int h = 0; h < kChains; ++h) c[m][pr][h][0] = c[m][pr][h][1] = c[m][pr][h][2] = c[m][pr][h][3] = 0.0f;
     }
   };
-  extern __shared__ uint4 xs[];  // [kRows][xrow] bf16(x), 8 values per entry, zero past k
+  // bf16(x), zero past k. One row: entry j = chunk j (x values 8j .. 8j + 7), each MMA's A register
+  // pair taken twice (rows 8-15 repeat rows 0-7, their products unused). More rows, laid out as the
+  // MMAs' A registers: [kPairs][2][xrow] entries, entry (p, h, j) =
+  // words 2h, 2h + 1 of chunk j (x values 8j .. 8j + 7) of rows 2p and 2p + 1 interleaved (row 2p's
+  // word 2h, row 2p + 1's word 2h, then the same for word 2h + 1; zeros for a row past kRows), so
+  // one 16-byte read is one k-step's A operand, and a warp's reads are consecutive (no bank
+  // conflict). (From rows' own 16-byte entries the compiler moved every register into place: 4
+  // moves per MMA, half the instructions of the 4-row instance. H200, 32-layer product chain,
+  // us/layer, rows' entries -> this: 2 rows 114.9 -> 113.1, 6 153.5 -> 146.7, 8 196.4 -> 162.0,
+  // 3-5 within +-1.6; 1 row 108.8 -> 109.6, so one row keeps its entries.)
+  extern __shared__ uint4 xs[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k = p.k;
   const int64_t chunks = k / 8;
@@ -291,16 +301,26 @@ __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
   auto consume = [&](const uint4 (&buf)[kU][kMats], int b, Acc& acc) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const int64_t c = static_cast<int64_t>(b) * (kU * 32) + u * 32 + lane;
-#pragma unroll
-      for (int pr = 0; pr < kPairs; ++pr) {
-        const uint4 x0 = xs[(2 * pr) * xrow + c];
-        const uint4 x1 = 2 * pr + 1 < kRows ? xs[(2 * pr + 1) * xrow + c] : x0;
+      const int c = b * (kU * 32) + u * 32 + lane;  // shared-memory indices fit 32 bits
+      if constexpr (kRows == 1) {
+        const uint4 x = xs[c];
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
           const uint4 w = buf[u][m];
-          mma_bf16(acc.c[m][pr][0], x0.x, x1.x, x0.y, x1.y, w.x, w.y);            // k-step A
-          mma_bf16(acc.c[m][pr][kChains - 1], x0.z, x1.z, x0.w, x1.w, w.z, w.w);  // k-step B
+          mma_bf16(acc.c[m][0][0], x.x, x.x, x.y, x.y, w.x, w.y);            // k-step A
+          mma_bf16(acc.c[m][0][kChains - 1], x.z, x.z, x.w, x.w, w.z, w.w);  // k-step B
+        }
+      } else {
+#pragma unroll
+        for (int pr = 0; pr < kPairs; ++pr) {
+          const uint4 xa = xs[2 * pr * static_cast<int>(xrow) + c];        // k-step A of rows 2pr, 2pr + 1
+          const uint4 xb = xs[(2 * pr + 1) * static_cast<int>(xrow) + c];  // k-step B
+#pragma unroll
+          for (int m = 0; m < kMats; ++m) {
+            const uint4 w = buf[u][m];
+            mma_bf16(acc.c[m][pr][0], xa.x, xa.y, xa.z, xa.w, w.x, w.y);
+            mma_bf16(acc.c[m][pr][kChains - 1], xb.x, xb.y, xb.z, xb.w, w.z, w.w);
+          }
         }
       }
     }
@@ -390,13 +410,14 @@ __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
     }
     __syncthreads();
   }
-  // Stage bf16(x) (or bf16 of the normalized x): entry j of row r = x[r][8j .. 8j + 7] (x is
-  // [kRows, k] contiguous, k % 8 == 0).
+  // Stage bf16(x) (or bf16 of the normalized x) in the layout above, a pair of rows per chunk and
+  // thread (x is [kRows, k] contiguous, k % 8 == 0).
   const float4* x4 = reinterpret_cast<const float4*>(p.x);
   const float4* g4 = reinterpret_cast<const float4*>(p.norm_weight);
-  for (int64_t i = threadIdx.x; i < kRows * chunks; i += kThreads) {
-    float4 a = x4[2 * i], c = x4[2 * i + 1];
-    const int64_t r = kRows == 1 ? 0 : i / chunks, j = i - r * chunks;
+  // Chunk j of row r as four bf16x2 words (zeros past the last row).
+  auto row_chunk = [&](int64_t r, int64_t j) -> uint4 {
+    if (r >= kRows) return make_uint4(0, 0, 0, 0);
+    float4 a = x4[2 * (r * chunks + j)], c = x4[2 * (r * chunks + j) + 1];
     if (p.norm_weight != nullptr) {
       float total = 0.0f;
       for (int w = 0; w < (wide ? 8 : 1); ++w) total += norm_sums[r][w];
@@ -405,13 +426,17 @@ __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
       a = make_float4(ga.x * (a.x * inv_rms), ga.y * (a.y * inv_rms), ga.z * (a.z * inv_rms), ga.w * (a.w * inv_rms));
       c = make_float4(gc.x * (c.x * inv_rms), gc.y * (c.y * inv_rms), gc.z * (c.z * inv_rms), gc.w * (c.w * inv_rms));
     }
-    xs[r * xrow + j] =
-        make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(c.x, c.y), pack_bf16x2(c.z, c.w));
-  }
-  if (xrow > chunks) {  // the zero tail of each row (k not a multiple of a batch)
-    for (int64_t i = threadIdx.x; i < kRows * (xrow - chunks); i += kThreads) {
-      const int64_t r = i / (xrow - chunks);
-      xs[r * xrow + chunks + (i - r * (xrow - chunks))] = make_uint4(0, 0, 0, 0);
+    return make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(c.x, c.y), pack_bf16x2(c.z, c.w));
+  };
+  for (int64_t i = threadIdx.x; i < kPairs * xrow; i += kThreads) {
+    const int64_t pr = kPairs == 1 ? 0 : i / xrow, j = i - pr * xrow;
+    uint4 e = make_uint4(0, 0, 0, 0), o = e;  // rows 2pr, 2pr + 1; the zero tail past k
+    if (j < chunks) e = row_chunk(2 * pr, j), o = kRows == 1 ? e : row_chunk(2 * pr + 1, j);
+    if constexpr (kRows == 1) {
+      xs[j] = e;
+    } else {
+      xs[(2 * pr) * xrow + j] = make_uint4(e.x, o.x, e.y, o.y);
+      xs[(2 * pr + 1) * xrow + j] = make_uint4(e.z, o.z, e.w, o.w);
     }
   }
   __syncthreads();
@@ -519,7 +544,8 @@ int gemv_max_smem_bytes() {
 size_t gemv_smem_bytes(int64_t rows, int64_t k, GemvEpilogue epilogue) {
   const int r = static_cast<int>(rows);
   const int mats = epilogue == GemvEpilogue::kSwiGlu ? 2 : store_rows_per_item(r);
-  return static_cast<size_t>(rows) * staged_chunks(k, loads_per_batch(mats, r)) * 16;
+  const int64_t planes = rows == 1 ? 1 : (rows + 1) / 2 * 2;  // one row's entries, else pairs' A planes
+  return static_cast<size_t>(planes) * staged_chunks(k, loads_per_batch(mats, r)) * 16;
 }
 
 void launch_gemv_bf16(const GemvParams& p, cudaStream_t stream) {

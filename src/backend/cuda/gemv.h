@@ -77,22 +77,18 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream);
 
 // The most activation rows at which this GEMV outpaces a cuBLAS GEMM of the same product (the fused
 // ones against their separate ops). A GEMM streams W at a rate that hardly depends on the rows; this
-// kernel's work per weight load grows with them (two MMAs and one or two reads of x per pair of
-// rows), so past some rows cuBLAS is the faster path. The crossovers, measured on the H200 per
-// product of Llama-3-8B (bench_model_decode --product-rows 1,2,3,4,6,8, 2026-12-01; GEMV vs cuBLAS
-// us, each call alone, L2 flushed):
-//   k > 8192 (down + residual, k = 14336):  4 (2 rows 37.7 vs 38.9, 4: 44.1 vs 39.0, 8: 54.9 vs 39.0;
-//                                            but in the batch-4 step, PDL between the GEMVs, the
-//                                            GEMV's down was faster: 4.98 vs 5.05 ms per step)
-//   no fused norm (o + residual):           5 (4 rows 18.2 vs 19.6, 6: 20.2 vs 19.4, 8: 22.8 vs 19.6)
-//   fused norm, n <= 4k (q/k/v):            8 (8 rows: 41.5 vs 46.0)
-//   fused norm, n <= 8k (gate/up, n = 7k):  6 (6 rows: 76.2 vs 82.8, 8: 86.8 vs 83.2)
-//   fused norm, larger n (the LM head):     4 (4 rows: 261.7 vs 262.7, 6: 280.8 vs 264.3)
-// (n: the output rows of all segments together.) The engine's batch-8 step (graph buckets run 1, 2,
-// 4 or 8 rows) went 6.46-6.50 -> 6.13-6.14 ms at 1K bf16 KV, 9.56 -> 9.12 at 32K nvfp4; batches
-// 1-4 are unchanged (every product on the GEMV). In that step the o product on the GEMV cost far
-// more than alone (6.99 ms): launched early under PDL, its blocks take SMs from the batch's
-// attention; gate/up on the GEMV at 8 rows: 6.30 ms.
+// kernel's work per weight load grows with them (two MMAs and a read of x per pair of rows), so past
+// some rows cuBLAS is the faster path. Measured on the H200 for the products of Llama-3-8B, each
+// call alone (bench_model_decode --product-rows 1,2,4,8, L2 flushed; GEMV vs cuBLAS us) and in the
+// engine's step (--batch 4 and 8; CUDA graphs run 1, 2, 4 or 8 rows), 2026-12-01:
+//   k > 8192 (down + residual, k = 14336): 4. Alone 4 rows 44.8 vs 38.4, 8: 54.4 vs 39.2; in the
+//     batch-4 step the GEMV's down was still the faster (4.98 vs 5.05 ms per step with it on cuBLAS:
+//     under PDL the GEMVs overlap each other's boundaries).
+//   a fused norm over more than 8k outputs (the LM head): 4. 4 rows 258.6 vs 267.6, 8: 283.7 vs 266.1.
+//   everything else (q/k/v, gate/up + SwiGLU, o + residual): 8. 8 rows: 38.4 vs 45.9, 80.3 vs 82.2,
+//     22.0 vs 19.2 alone but in the batch-8 step (1K bf16 KV) o and gate/up on cuBLAS 6.060 ms, gate/up
+//     on the GEMV 6.009, both 5.906.
+// (n: the output rows of all segments together.)
 int gemv_faster_rows(const GemvParams& p);
 
 }  // namespace nibble::cuda

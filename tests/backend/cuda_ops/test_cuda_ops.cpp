@@ -164,8 +164,7 @@ TEST_F(CudaOps, GemvMatchesCpuForRows1To8) {
 // bf16-rounded inputs, and bit for bit against the CUDA backend's own separate ops (the GEMV sums
 // in the same order fused or not). Batch 1 and 6 (one and two W rows per warp item); q/k/v widths
 // odd, so that at 6 rows every segment ends in a short item. Every product on the GEMV
-// (set_gemv_everywhere), then, at 6 rows, as routed by default (gemv_faster_rows: the residual
-// product on cuBLAS, the fused-norm ones on the GEMV).
+// (set_gemv_everywhere).
 TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
   const int64_t hidden = 1032, qw = 201, kvw = 73, inter = 2056;
   auto host_matrix = [&](int64_t out, int64_t in) { return round_bf16(random_floats(out * in, rng, 0.05f)); };
@@ -191,9 +190,8 @@ TEST_F(CudaOps, FusedProductsMatchSeparateOps) {
   const Vector cbq{const_cast<float*>(bq.data()), qw}, cbk{const_cast<float*>(bk.data()), kvw},
       cbv{const_cast<float*>(bv.data()), kvw};
 
-  for (const auto [rows, everywhere] : {std::pair{1, true}, std::pair{6, true}, std::pair{6, false}}) {
-    SCOPED_TRACE(fmt::format("{} rows, GEMV {}", rows, everywhere ? "everywhere" : "where faster"));
-    dynamic_cast<CudaBackend&>(*gpu).set_gemv_everywhere(everywhere);
+  dynamic_cast<CudaBackend&>(*gpu).set_gemv_everywhere(true);
+  for (const int64_t rows : {1, 6}) {
     const std::vector<float> x = round_bf16(random_floats(rows * hidden, rng));
     const std::vector<float> act = round_bf16(random_floats(rows * inter, rng));
     const std::vector<float> residual = random_floats(rows * hidden, rng);
@@ -343,11 +341,44 @@ TEST(GemvRouting, FasterRowsFollowTheMeasuredCrossovers) {
     if (norm) p.norm_weight = gain;
     return p;
   };
-  EXPECT_EQ(cuda::gemv_faster_rows(params(inter, {h}, false)), 4);              // down (+ residual)
-  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h}, false)), 5);                  // o (+ residual)
-  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h, 1024, 1024}, true)), 8);       // RMSNorm + q/k/v
-  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {inter, inter}, true)), 6);        // RMSNorm + gate/up
-  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {128256}, true)), 4);              // RMSNorm + LM head
+  EXPECT_EQ(cuda::gemv_faster_rows(params(inter, {h}, false)), 4);         // down (+ residual)
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h}, false)), 8);             // o (+ residual)
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h, 1024, 1024}, true)), 8);  // RMSNorm + q/k/v
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {inter, inter}, true)), 8);   // RMSNorm + gate/up
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {128256}, true)), 4);         // RMSNorm + LM head
+}
+
+// The routing itself: a product with k > 8192 (down-like) runs on the GEMV up to 4 rows and on cuBLAS
+// above, bit for bit as the backend's cuBLAS path (set_small_matmul(false)) computes it; both
+// within the CPU comparison's tolerance.
+TEST_F(CudaOps, ProductsPastTheGemvCrossoverRunOnCublas) {
+  auto& cuda = dynamic_cast<CudaBackend&>(*gpu);
+  const int64_t in = 8200, out = 264;
+  const std::vector<float> w = round_bf16(random_floats(out * in, rng, 0.05f));
+  std::unique_ptr<Buffer> o1, o2;
+  const Matrix gw = gpu->upload_matrix(w.data(), out, in, o1);
+  const Matrix cw = cpu.upload_matrix(w.data(), out, in, o2);
+  for (const int64_t rows : {4, 6}) {
+    const std::vector<float> x = round_bf16(random_floats(rows * in, rng));
+    const std::vector<float> residual = random_floats(rows * out, rng);
+    auto gx = upload(*gpu, x, rows, in);
+    auto scratch = upload(*gpu, std::vector<float>(rows * out, NAN), rows, out);
+    auto run = [&](bool small, bool everywhere) {
+      cuda.set_small_matmul(small);
+      cuda.set_gemv_everywhere(everywhere);
+      auto res = upload(*gpu, residual, rows, out);
+      gpu->matmul_residual_add(gx.view, gw, scratch.view, res.view);
+      return download(*gpu, res.view);
+    };
+    const std::vector<float> routed = run(true, false), gemv = run(true, true), cublas = run(false, false);
+    cuda.set_small_matmul(true);
+    cuda.set_gemv_everywhere(false);
+    EXPECT_EQ(routed, rows <= 4 ? gemv : cublas) << rows << " rows";
+    std::vector<float> want = residual, c_scratch(rows * out);
+    cpu.matmul_residual_add({const_cast<float*>(x.data()), rows, in}, cw, {c_scratch.data(), rows, out},
+                            {want.data(), rows, out});
+    EXPECT_LE(test::relative_max_error(routed, want), 1e-4) << rows << " rows";
+  }
 }
 
 // Past the GEMV's batch sizes (prefill rows) the fused products run as the separate cuBLAS ops.
