@@ -107,11 +107,12 @@ __host__ __device__ constexpr int64_t staged_chunks(int64_t k, int ku) {
 
 // Rows per kStore item at `rows` activation rows: from 6 on, two consecutive rows of W share every
 // x read (as a SwiGLU item's gate and up rows do); each load still covers 512 contiguous bytes of
-// one row. H200, 32-layer product chain (us/layer, one row -> two): 6 rows 153.6 -> 151.1, 7 179.6
-// -> 166.5, 8 197.0 -> 175.9; at 3-5 rows within +-1.5 (4: 133.7 -> 134.3, slower). (Two rows of
-// W in one load, 4 rows x 128 or 2 x 256 bytes, so that an MMA takes up to 8 activation rows: 3-8
-// rows 30-50% slower; 4 rows per item, or 2 gate and 2 up rows: slower, spills; the in-flight
-// weights in a shared-memory ring filled by cp.async, 3-8 stages of 2 KiB per warp: no gain.)
+// one row. H200, 32-layer product chain (us/layer, one row -> two, x then in rows' own entries):
+// 6 rows 153.6 -> 151.1, 7 179.6 -> 166.5, 8 197.0 -> 175.9; at 3-5 rows within +-1.5 (4: 133.7
+// -> 134.3, slower). (Two rows of W in one load, 4 rows x 128 or 2 x 256 bytes, so that an MMA
+// takes up to 8 activation rows: 3-8 rows 30-50% slower; 4 rows per item, or 2 gate and 2 up rows:
+// slower, spills; the in-flight weights in a shared-memory ring filled by cp.async, 3-8 stages of
+// 2 KiB per warp: no gain.)
 __host__ __device__ constexpr int store_rows_per_item(int rows) { return rows >= 6 ? 2 : 1; }
 // Items of a product: output rows in groups of `group` (kStore: each segment its own groups).
 __host__ __device__ inline int64_t gemv_items(const GemvParams& p, int group) {
