@@ -18,7 +18,8 @@
 //
 // Kernel shape (gemv.cu): a persistent grid (as many blocks as fit on the device at once, never
 // more than the work needs), 16 warps per block; bf16(x) staged once per block in shared memory
-// (rows·k·2 bytes, rounded up to whole batches); each warp takes whole rows of W (rows g, g + G, ...
+// (rows·k·2 bytes, rows above 1 rounded up to even, k to whole batches; from 2 rows on laid out
+// as the MMAs' A registers); each warp takes whole rows of W (rows g, g + G, ...
 // of the segments laid end to end, G warps in all; from 6 activation rows on, pairs of consecutive
 // rows, which share each read of x), its lanes split the k axis in 16-byte loads, the
 // next batch of loads issued before the current one is used (also across rows), each load feeding
@@ -68,7 +69,8 @@ struct GemvParams {
 };
 
 // Whether the kernel takes these shapes: rows 1..kGemvMaxRows, k % 8 == 0, bf16(x) fits in one
-// block's shared memory (rows·k·2 bytes ≤ the device's opt-in limit, 227 KiB on sm_90), n > 0,
+// block's shared memory (rows·k·2 bytes, rows above 1 rounded up to even, ≤ the device's opt-in
+// limit, 227 KiB on sm_90), n > 0,
 // pointers 16-byte aligned, the epilogue's segment rules (kSwiGlu: 2 segments of equal n, no bias;
 // a residual: 1 segment).
 bool gemv_supports(const GemvParams& p);
