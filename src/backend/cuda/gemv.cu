@@ -243,16 +243,17 @@ __global__ void __maxnreg__(112) gemv_kernel(const GemvParams p) {
           for (int h = 0; h < kChains; ++h) c[m][pr][h][0] = c[m][pr][h][1] = c[m][pr][h][2] = c[m][pr][h][3] = 0.0f;
     }
   };
-  // bf16(x), zero past k. One row: entry j = chunk j (x values 8j .. 8j + 7), each MMA's A register
-  // pair taken twice (rows 8-15 repeat rows 0-7, their products unused). More rows, laid out as the
-  // MMAs' A registers: [kPairs][2][xrow] entries, entry (p, h, j) =
-  // words 2h, 2h + 1 of chunk j (x values 8j .. 8j + 7) of rows 2p and 2p + 1 interleaved (row 2p's
-  // word 2h, row 2p + 1's word 2h, then the same for word 2h + 1; zeros for a row past kRows), so
-  // one 16-byte read is one k-step's A operand, and a warp's reads are consecutive (no bank
-  // conflict). (From rows' own 16-byte entries the compiler moved every register into place: 4
-  // moves per MMA, half the instructions of the 4-row instance. H200, 32-layer product chain,
-  // us/layer, rows' entries -> this: 2 rows 114.9 -> 113.1, 6 153.5 -> 146.7, 8 196.4 -> 162.0,
-  // 3-5 within +-1.6; 1 row 108.8 -> 109.6, so one row keeps its entries.)
+  // bf16(x), zero past k. One row: [xrow] entries, entry j = chunk j (x values 8j .. 8j + 7), each
+  // MMA's A register pair taken twice (rows 8-15 repeat rows 0-7, their products unused). More
+  // rows, laid out as the MMAs' A registers: [kPairs][2][xrow] entries, entry (p, h, j) = words
+  // 2h, 2h + 1 of chunk j of rows 2p and 2p + 1 interleaved (row 2p's word 2h, row 2p + 1's word 2h,
+  // then the same for word 2h + 1; zeros for a row past kRows), so that one 16-byte read is one
+  // k-step's A operand and a warp's reads are consecutive (no bank conflict). (From rows' own
+  // 16-byte entries the compiler moved every register into place: 4 moves per MMA, half the
+  // instructions of the 4-row instance. H200, 32-layer product chain, us/layer, rows' entries ->
+  // this: 2 rows 114.9 -> 113.1, 6 153.5 -> 146.7, 8 196.4 -> 162.0, 3-5 within +-1.6; 1 row 108.8
+  // -> 109.6, so one row keeps its entries. The two planes' entries side by side instead put lanes
+  // 32 bytes apart: 2-way bank conflicts, every batch size slower, 1 row 110 -> 116.4.)
   extern __shared__ uint4 xs[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k = p.k;
