@@ -30,8 +30,9 @@
 //              included, the embedding table not: decode reads one row of it), and the weights+KV
 //              limit adds the KV bytes the step reads (context × bytes per token of all layers).
 //
-//   breakdown  the ops of an eager step (graphs off) timed one by one with CUDA events (op_timer.h),
-//              for the first KV format and context: µs per op, and GB/s for the products.
+//   breakdown  the ops of an eager batch-1 step (graphs off; sequence 0 of --batch) timed one by one
+//              with CUDA events (op_timer.h), for the first KV format and context: µs per op, and
+//              GB/s for the products.
 //
 //   timeline   --timeline: after the modes, for each KV format and context, --steps steps of
 //              the sequential step (mode 6), then of the overlapped one (mode 9), traced by CUPTI
