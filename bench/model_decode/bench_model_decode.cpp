@@ -9,7 +9,11 @@
 //              backend's own upload_matrix (rounded to bf16 on the device); every layer gets its own
 //              device copy, so each step reads all 15 GB of them. No checkpoint file;
 //   KV cache   a pool covering the context (zero pages: decode reads them as it would real ones);
-//              decoding starts at position context - 1 and advances one position per step;
+//              decoding starts at position context - 1 and advances one position per step. Every
+//              KV format and context's pool lives at the start of ONE device buffer allocated
+//              before the first step (sized for the largest; zeroed per case), so that no case reads
+//              pages wherever the allocator put a pool after a larger one was freed (fp8 1K at
+//              batch 8 measured 6.20 ms after bf16's 32K pool had been freed, 5.79 run first);
 //   timing     wall clock per step (plan, launches or graph replay, then the token sampled on the
 //              device or the logits copied back: the latency a caller sees), median over --steps
 //              steps after 3 warm-up steps (eager, capture, replay);
@@ -75,10 +79,14 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "cache/kv_pool.h"
+#include "cache/kv_storage.h"
 #include "common/error.h"
 #include "config/model_config.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "quant/kv_format.h"
 #include "kernel_timeline.h"
 #include "op_timer.h"
 #include "read_bandwidth.h"
@@ -87,6 +95,23 @@
 namespace nibble::bench {
 
 namespace {
+
+// A pool's storage at the start of the run's one KV buffer (not owned; see the file comment).
+class SharedKvStorage final : public cache::KvStorage {
+ public:
+  SharedKvStorage(backend::Buffer& buffer, int64_t bytes) : buffer_(buffer), bytes_(bytes) {
+    NIBBLE_CHECK(bytes >= 0 && bytes <= buffer.bytes(), "a pool of {} bytes in a KV buffer of {}", bytes,
+                 buffer.bytes());
+  }
+  uint8_t* data() override { return static_cast<uint8_t*>(buffer_.data()); }
+  const uint8_t* data() const override { return static_cast<const uint8_t*>(buffer_.data()); }
+  int64_t bytes() const override { return bytes_; }
+  bool host_accessible() const override { return false; }
+
+ private:
+  backend::Buffer& buffer_;
+  int64_t bytes_;
+};
 
 struct Args {
   int64_t layers = 32;
@@ -457,13 +482,29 @@ int run(int argc, char** argv) {
 
   std::string breakdown;  // the per-op table, printed last
   std::string timeline;   // the kernel timelines, printed after it
+  const int64_t page_size = 16;
+  const int64_t batch = args.batch;
+  // Pages per sequence at a context, and a case's pool layout (validated as make_kv_pool does).
+  auto pages_for = [&](int64_t context) { return (context + args.steps + 8 + page_size - 1) / page_size; };
+  auto layout_for = [&](quant::KvDtype kv) {
+    quant::validate_head_dim(kv, quant::Rotation::kNone, tf.config().head_dim);
+    return cache::PageLayout(tf.kv_geometry(), kv, page_size);
+  };
+  // The pages of all sequences and the scratch page of padded graph steps (runtime/forward_step.h).
+  auto pool_bytes = [&](quant::KvDtype kv, int64_t context) {
+    return (batch * pages_for(context) + 1) * layout_for(kv).page_bytes();
+  };
+  int64_t kv_buffer_bytes = 0;
+  for (const quant::KvDtype kv : args.kv) {
+    for (const int64_t context : args.contexts) kv_buffer_bytes = std::max(kv_buffer_bytes, pool_bytes(kv, context));
+  }
+  const std::unique_ptr<backend::Buffer> kv_buffer = be->allocate(kv_buffer_bytes);
   for (const quant::KvDtype kv : args.kv) {
     for (const int64_t context : args.contexts) {
-      const int64_t page_size = 16;
-      const int64_t pages_needed = (context + args.steps + 8 + page_size - 1) / page_size;  // per sequence
-      const int64_t batch = args.batch;
-      cache::KvPool pool =
-          runtime::make_kv_pool(tf, {.kv_dtype = kv, .page_size = page_size, .num_pages = batch * pages_needed});
+      const int64_t pages_needed = pages_for(context);  // per sequence
+      const int64_t bytes = pool_bytes(kv, context);
+      NIBBLE_CUDA_CHECK(cudaMemsetAsync(kv_buffer->data(), 0, static_cast<size_t>(bytes), cuda.stream()));
+      cache::KvPool pool(layout_for(kv), batch * pages_needed, std::make_unique<SharedKvStorage>(*kv_buffer, bytes));
       std::vector<int32_t> pages(static_cast<size_t>(batch * pages_needed));  // sequence i: [i, i + 1) · pages_needed
       std::iota(pages.begin(), pages.end(), 0);
       const double kv_bytes_per_token = static_cast<double>(pool.layout().page_bytes()) / page_size;

@@ -493,7 +493,8 @@ void CudaBackend::kv_write(const PlannedStep& step, const KvCacheView& cache, in
   cuda::KvWriteParams params = kv_write_params(s, cache, layer, k, v);
   params.programmatic_launch = small_op_fusion_;
   const bool fused = fused_kv_kernels_support(g.head_dim);
-  recorder_.op({8, tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
+  recorder_.op({8, tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()),
+                sig_i(static_cast<int64_t>(cache.layout->dtype())), sig_i(layer),
                 sig(params.k_global_scale), sig(params.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
                 sig(s.positions()), sig(s.page_tables()), sig_i(static_cast<int64_t>(cache.nvfp4_scale_rule)),
                 sig_i(params.programmatic_launch)},
@@ -529,7 +530,8 @@ void CudaBackend::rope_kv_write(const PlannedStep& step, const KvCacheView& cach
   params.q_heads = q.cols / head_dim;
   params.k_rotated = k.data;
   params.programmatic_launch = true;
-  recorder_.op({16, tsig(q), tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
+  recorder_.op({16, tsig(q), tsig(k), tsig(v), sig(cache.pool), sig_i(cache.layout->page_bytes()),
+                sig_i(static_cast<int64_t>(cache.layout->dtype())), sig_i(layer),
                 sig(params.k_global_scale), sig(params.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
                 sig(s.positions()), sig(s.page_tables()), sig_i(static_cast<int64_t>(cache.nvfp4_scale_rule)),
                 sig(inv_freq.data), sig_i(head_dim)},
@@ -571,7 +573,8 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                                    .softmax_scale = shape.scale};
   // Everything a launch below bakes in beyond the step's device arrays.
   const std::initializer_list<uint64_t> attention_sig = {
-      9, tsig(q), tsig(k), tsig(v), tsig(out), sig(cache.pool), sig_i(cache.layout->page_bytes()), sig_i(layer),
+      9, tsig(q), tsig(k), tsig(v), tsig(out), sig(cache.pool), sig_i(cache.layout->page_bytes()),
+      sig_i(static_cast<int64_t>(cache.layout->dtype())), sig_i(layer),
       sig(chunk.k_global_scale), sig(chunk.v_global_scale), sig_i(static_cast<int64_t>(cache.rotation)),
       sig_i(shape.num_heads), sig_i(shape.num_kv_heads), sig(shape.scale), sig(s.seq_info())};
   // Prefill sequences on the tensor cores (bf16 weights, head_dim 64/128/256); then the chunk kernel
