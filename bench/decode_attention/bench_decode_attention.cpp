@@ -22,10 +22,12 @@
 // time / N: the GPU's time for the kernels, launch gaps inside a graph included, no host launch
 // cost — what the engine's decode steps see (they replay CUDA graphs). "eager" = N calls launched
 // from the host back to back: at short contexts the ~4 µs of host work per launch, not the GPU,
-// sets that time. Each line of the table names its timing. The merge triggers the next call's launch
-// at its end (DecodeAttentionParams::early_dependents off): the engine turns it on because its next
-// kernel is the o GEMV, but here the next kernel is another decode call, whose blocks would then
-// hold SMs while waiting.
+// sets that time. Each line of the table names its timing. A call's last kernel (the merge, or the
+// decode kernel of a plan without splits) triggers the next call's launch at its end
+// (DecodeAttentionParams::early_dependents off): the engine turns it on because its next kernel is
+// the o GEMV, but here the next kernel is another decode call, whose blocks would then hold SMs
+// while waiting. (Until the fifteenth round the decode kernel of an unsplit plan triggered at its
+// start regardless: 32 x 1K nvfp4 measured 25.5 us instead of 20.3, 1.037 x fp8.)
 //
 // --chunks C1,C2,... also times every shape with the split plan forced to items of C tokens (graph
 // timing), and for nvfp4 at head_dim 128 both tensor-core step builds (16 and 32 tokens per warp
@@ -257,9 +259,10 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
 
 // Decode attention of one case, all buffers carved from `arena`. tc_steps > 0 overrides the
 // tensor-core kernel's chunks per warp step (DecodeLaunch::tc_steps; only nvfp4 d128 has both) and
-// takes the any-plan build (DecodeLaunch::tc_few_blocks cleared).
+// takes the any-plan build (DecodeLaunch::tc_few_blocks cleared); unpacked then also clears
+// DecodeLaunch::tc_packed.
 DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t ctx, int64_t batch, Timing timing,
-                          int tc_steps = 0) {
+                          int tc_steps = 0, bool unpacked = false) {
   const std::vector<int64_t> bytes = c.region_bytes(batch);
   uint8_t* pool = arena.at<uint8_t>(kPool, bytes[kPool]);
   int32_t* d_tables = arena.at<int32_t>(kTables, bytes[kTables]);
@@ -294,6 +297,7 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
     cuda::detail::DecodeLaunch launch = cuda::detail::prepare_decode_launch(params);
     launch.tc_steps = tc_steps;
     launch.tc_few_blocks = false;
+    if (unpacked) launch.tc_packed = false;
     cuda::detail::launch_decode_kernel(launch, stream);
     if (launch.split) {
       cuda::detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits, true,
@@ -676,9 +680,15 @@ int main(int argc, char** argv) {
           line += fmt::format(" | nvfp4 item {} tok, any-plan builds: 16-tok steps {:.1f} us, 32-tok steps {:.1f} us",
                               c.plan.chunk_tokens,
                               s1 * 1e6, s2 * 1e6);
-          report["nvfp4_steps"].push_back({{"group", group}, {"ctx", ctx}, {"batch", batch},
-                                           {"chunk_tokens", c.plan.chunk_tokens}, {"steps1_seconds", s1},
-                                           {"steps2_seconds", s2}});
+          nlohmann::json steps = {{"group", group}, {"ctx", ctx}, {"batch", batch},
+                                  {"chunk_tokens", c.plan.chunk_tokens}, {"steps1_seconds", s1}, {"steps2_seconds", s2}};
+          // Groups of <= 4 heads run the packed build (cuda::detail::tc_packed_heads): the unpacked one beside it.
+          if (cuda::detail::tc_packed_heads(quant::ElemFormat::kNVFP4, static_cast<int>(group))) {
+            const double s2u = bench_decode(arena, c, ctx, batch, Timing::kGraph, 2, true).seconds;
+            line += fmt::format(", unpacked {:.1f} us", s2u * 1e6);
+            steps["steps2_unpacked_seconds"] = s2u;
+          }
+          report["nvfp4_steps"].push_back(steps);
         }
         fmt::print("{}\n", line);
         std::fflush(stdout);

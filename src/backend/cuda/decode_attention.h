@@ -46,11 +46,12 @@ struct DecodeAttentionParams {
   float v_global_scale = 1.0f;
   quant::Rotation rotation = quant::Rotation::kNone;
   float softmax_scale = 0.0f;  // usually 1/sqrt(head_dim)
-  // The split merge lets the stream's next kernel launch (PDL) at its start rather than at its
-  // end: right when that kernel is a product that loads its weights before its
-  // griddepcontrol.wait (the engine: the o GEMV, whose blocks then take the SMs the decode kernel
-  // leaves idle and load weights during the attention); wrong when it is another decode step (its
-  // blocks then hold SMs while waiting; bench_decode_attention's back-to-back calls leave it off).
+  // The call's last kernel (the split merge, or the decode kernel when the plan splits no sequence)
+  // lets the stream's next kernel launch (PDL) at its start rather than at its end: right when
+  // that kernel is a product that loads its weights before its griddepcontrol.wait (the engine:
+  // the o GEMV, whose blocks then take the SMs the decode kernel leaves idle and load weights
+  // during the attention); wrong when it is another decode step (its blocks then hold SMs while
+  // waiting; bench_decode_attention's back-to-back calls leave it off).
   bool early_dependents = false;
   // Every token of a sequence but its last was complete before this launch (no kernel that may
   // still run writes it): the tensor-core kernel then copies the pages of those tokens before its

@@ -149,7 +149,16 @@ __device__ __forceinline__ int q_swz(int h, int d) {
 //  - griddepcontrol.launch_dependents after the main loop instead of at the start (the merge's
 //    blocks then wait beside fewer decode blocks): 10.9 / 16.9-17.0 / 13.7 and 11.3 / 17.3 / 14.9;
 //    at the very end: 11.5 / 17.1-17.2 / 13.2-13.3 and 11.8-11.9 / 17.5 / 15.0.
-template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false>
+//
+// kPacked (blocks of at most 4 query heads, tc_packed_heads): the A rows of heads 4-7, empty
+// otherwise, repeat heads 0-3, so lanes g and g + 4 compute the same scores and softmax; P·V's B
+// columns 0-3 then carry P's hi halves and columns 4-7 its lo halves (lanes g >= 4 pass their lo),
+// one MMA per V tile pair instead of two, and the epilogue adds O^T's columns h and h + 4.
+// Built where V is nvfp4 (tc_packed_heads). H200, 2026-12-01, graph replays, GQA 4, nvfp4 us,
+// unpacked -> packed: 32 x 32K 391.1 -> 375.2, 8 x 32K 108.2 -> 104.1, 128 x 16K 752.0 -> 719.9,
+// 8 x 4K 22.3 -> 21.5, 32 x 1K 20.3 -> 19.5, 1 x 16K 16.7 -> 16.2: more than the 8 MMAs of ~420
+// instructions per chunk, as each V tile's accumulator chain halves too.
+template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false, bool kPacked = false>
 __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : TcTraits<KF, VF, kHeadDim>::kMinBlocks)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
   using T = TcTraits<KF, VF, kHeadDim>;
@@ -169,8 +178,16 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   static_assert(8 * kHeadDim * 4 == T::kQFragBytes, "q staging must fit the qfrag region exactly");
 
   // The split merge (launched programmatically behind this kernel) may be scheduled now: it waits
-  // for this grid's completion before reading anything this grid writes. (No-op without one.)
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // for this grid's completion before reading anything this grid writes. Without splits the
+  // dependent is the stream's next kernel, scheduled now only when the caller asks for it
+  // (early_dependents, as the merge's trigger); otherwise at this grid's completion. Triggering at
+  // the start regardless let bench_decode_attention's next call (early_dependents off) park its
+  // blocks beside this one's: H200, 2026-12-01, graph replays, GQA 4 32 x 1K (one 1024-token item
+  // per sequence) bf16 / fp8 / nvfp4 41.9 / 24.6 / 25.5 -> 36.7 / 22.5 / 20.3 us (nvfp4 / fp8 1.037
+  // -> 0.902); 64 x 1K bf16 / fp8 / nvfp4 67.4 / 37.4 / 32.5 -> 68.8 / 38.2 / 33.8 (the next call no
+  // longer fills this one's tail). The engine's step (early_dependents on) is unchanged; there the
+  // late trigger measured within noise (bench_model_decode modes 0 / 5, batch 32-64 x 1K, 32 x 4K).
+  if (a.trigger_at_start) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, c = lane % 4;
   // 1-D grid of num_work × (kv_heads · group_chunks) blocks: the head chunks of one item are
@@ -300,7 +317,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
   for (int j = 0; j < kQPerThread; ++j) {
     const int i = tid + j * kTcThreads;
-    const int h = i / D, d = i % D;
+    const int h = kPacked ? (i / D) % 4 : i / D, d = i % D;  // kPacked: rows 4-7 repeat heads 0-3
     float x = 0.0f;
     if (h < n_heads) {
       const int64_t at = (static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d;
@@ -526,11 +543,15 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
       uint4 pa;
       split_pair<T::kPvBf16>(p[u][0], p[u][1], pa.x, pa.y);  // k = tokens 2c, 2c+1: rows g (hi), g+8 (lo)
       split_pair<T::kPvBf16>(p[u][2], p[u][3], pa.z, pa.w);  // k = tokens 8+2c, 9+2c
+      if constexpr (kPacked) {  // B column g >= 4: the lo halves of head g - 4 (= this lane's head)
+        pa.x = g < 4 ? pa.x : pa.y;
+        pa.z = g < 4 ? pa.z : pa.w;
+      }
       if constexpr (kHoistV) {
-        pv_nvfp4_decoded<D>(vb, pa, o);
+        pv_nvfp4_decoded<D, kPacked>(vb, pa, o);
       } else {
         const uint8_t* v_data = st[u] + T::kKBytes + T::kKScaleBytes;
-        pv_chunk<VF, D>(v_data, v_data + T::kVBytes, g, c, pa, o);
+        pv_chunk<VF, D, kPacked>(v_data, v_data + T::kVBytes, g, c, pa, o);
       }
     }
     __syncwarp();  // the next issue overwrites these stages
@@ -592,12 +613,14 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     }
   }
   __syncthreads();
-  for (int i = tid; i < 8 * D; i += kTcThreads) {
+  // kPacked: rows 0-3 of each warp's O^T hold P's hi parts, rows 4-7 the same heads' lo parts
+  // (same m and l: lanes g and g + 4 ran the same softmax).
+  for (int i = tid; i < (kPacked ? 4 : 8) * D; i += kTcThreads) {
     const int h = i / D;  // warp-uniform
     const float l_all = __shfl_sync(0xFFFFFFFFu, (h & 1) ? l_head[1] : l_head[0], h >> 1);  // lane (0, h / 2)
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) sum += red[w * 8 * D + i];
+    for (int w = 0; w < kTcWarps; ++w) sum += kPacked ? red[w * 8 * D + i] + red[w * 8 * D + 4 * D + i] : red[w * 8 * D + i];
     red[i] = sum / l_all * T::kVUnitMult;  // each i is read and written by one thread only
   }
   __syncthreads();
