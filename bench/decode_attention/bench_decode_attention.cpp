@@ -259,10 +259,9 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
 
 // Decode attention of one case, all buffers carved from `arena`. tc_steps > 0 overrides the
 // tensor-core kernel's chunks per warp step (DecodeLaunch::tc_steps; only nvfp4 d128 has both) and
-// takes the any-plan build (DecodeLaunch::tc_few_blocks cleared); unpacked then also clears
-// DecodeLaunch::tc_packed.
+// takes the any-plan build (DecodeLaunch::tc_few_blocks cleared).
 DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t ctx, int64_t batch, Timing timing,
-                          int tc_steps = 0, bool unpacked = false) {
+                          int tc_steps = 0) {
   const std::vector<int64_t> bytes = c.region_bytes(batch);
   uint8_t* pool = arena.at<uint8_t>(kPool, bytes[kPool]);
   int32_t* d_tables = arena.at<int32_t>(kTables, bytes[kTables]);
@@ -297,7 +296,6 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
     cuda::detail::DecodeLaunch launch = cuda::detail::prepare_decode_launch(params);
     launch.tc_steps = tc_steps;
     launch.tc_few_blocks = false;
-    if (unpacked) launch.tc_packed = false;
     cuda::detail::launch_decode_kernel(launch, stream);
     if (launch.split) {
       cuda::detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits, true,
@@ -680,15 +678,9 @@ int main(int argc, char** argv) {
           line += fmt::format(" | nvfp4 item {} tok, any-plan builds: 16-tok steps {:.1f} us, 32-tok steps {:.1f} us",
                               c.plan.chunk_tokens,
                               s1 * 1e6, s2 * 1e6);
-          nlohmann::json steps = {{"group", group}, {"ctx", ctx}, {"batch", batch},
-                                  {"chunk_tokens", c.plan.chunk_tokens}, {"steps1_seconds", s1}, {"steps2_seconds", s2}};
-          // Groups of <= 4 heads run the packed build (cuda::detail::tc_packed_heads): the unpacked one beside it.
-          if (cuda::detail::tc_packed_heads(quant::ElemFormat::kNVFP4, static_cast<int>(group))) {
-            const double s2u = bench_decode(arena, c, ctx, batch, Timing::kGraph, 2, true).seconds;
-            line += fmt::format(", unpacked {:.1f} us", s2u * 1e6);
-            steps["steps2_unpacked_seconds"] = s2u;
-          }
-          report["nvfp4_steps"].push_back(steps);
+          report["nvfp4_steps"].push_back({{"group", group}, {"ctx", ctx}, {"batch", batch},
+                                           {"chunk_tokens", c.plan.chunk_tokens}, {"steps1_seconds", s1},
+                                           {"steps2_seconds", s2}});
         }
         fmt::print("{}\n", line);
         std::fflush(stdout);

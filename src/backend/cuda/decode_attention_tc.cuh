@@ -18,10 +18,12 @@
 //       Q's fragments are permuted the same way (k_dim()).
 //   softmax  online, in registers (a quad of lanes holds one head's 16 scores), exp2 domain.
 //   PV  transposed, O^T += V^T · P^T (pv_pair): A = V^T (16 dims × 16 tokens: two V n-tiles),
-//       B = P^T straight from the QK accumulators (hi and lo halves: two MMAs), so O^T takes
+//       B = P^T straight from the QK accumulators (hi and lo halves: two MMAs; one f16, one MMA,
+//       where V is nvfp4: TcTraits::kOneP), so O^T takes
 //       head_dim/16 accumulator tiles (32 registers at head_dim 128, half of P in A). Token pairs at
 //       one dim are built with byte permutes, then converted as for K.
-// Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is f32 accumulation.
+// Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is f32 accumulation
+// and the hi/lo splits of q and p (p rounded once to f16 where V is nvfp4).
 //
 // Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments; aliased
 // by the q staging [8][head_dim] f32 (q_swz layout) in the prologue, the same 32·head_dim bytes), m/l [4 warps][8]
@@ -90,6 +92,17 @@ struct TcTraits {
   // 256 would spill). Since O is kept transposed (pv_pair, 32 registers at head_dim 128) every format
   // has them to spare, fp8/fp8 included.
   static constexpr bool kQkTwoChains = kHeadDim <= 128;
+  // P as one f16 (11 significant bits) instead of hi + lo halves, one P·V MMA per V tile pair
+  // instead of two, where V is nvfp4: the rounding adds at most 2^-12 · max|V| to an output
+  // (relative to P, in the numerator only; l sums the f32 p), three orders of magnitude below the
+  // format's own error (E2M1 steps are 1/2 to 1/4 of the value), and the issue-bound loop gains
+  // (H200, 2026-12-01, graph replays, nvfp4 us, hi + lo -> one f16: GQA 8 32 x 32K 393.5 / 392.9 ->
+  // 366.6, 8 x 32K 109.3 / 108.5 -> 102.2; GQA 4 32 x 32K 391.1 -> 363.8, 8 x 32K 108.2 -> 101.5,
+  // 128 x 16K 752.0 -> 696.9). bf16 and fp8 blocks are memory-bound and keep the hi/lo pair.
+  // (Tried first, same day: for groups of <= 4 heads, P's hi halves in B columns 0-3 and its lo
+  // halves in the empty columns 4-7, one MMA, exact as before: GQA 4 32 x 32K 375.2 us; and two QK
+  // MMA chains per tile in the 32-token step: 389.5 vs 376.7 us, 4 bytes spilled.)
+  static constexpr bool kOneP = VF == ElemFormat::kNVFP4;
   // Stored unit values are scaled into f16 by these powers of two (nvfp4: unit · 2^-8).
   static constexpr float kKUnitMult = KF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
   static constexpr float kVUnitMult = VF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
@@ -149,16 +162,7 @@ __device__ __forceinline__ int q_swz(int h, int d) {
 //  - griddepcontrol.launch_dependents after the main loop instead of at the start (the merge's
 //    blocks then wait beside fewer decode blocks): 10.9 / 16.9-17.0 / 13.7 and 11.3 / 17.3 / 14.9;
 //    at the very end: 11.5 / 17.1-17.2 / 13.2-13.3 and 11.8-11.9 / 17.5 / 15.0.
-//
-// kPacked (blocks of at most 4 query heads, tc_packed_heads): the A rows of heads 4-7, empty
-// otherwise, repeat heads 0-3, so lanes g and g + 4 compute the same scores and softmax; P·V's B
-// columns 0-3 then carry P's hi halves and columns 4-7 its lo halves (lanes g >= 4 pass their lo),
-// one MMA per V tile pair instead of two, and the epilogue adds O^T's columns h and h + 4.
-// Built where V is nvfp4 (tc_packed_heads). H200, 2026-12-01, graph replays, GQA 4, nvfp4 us,
-// unpacked -> packed: 32 x 32K 391.1 -> 375.2, 8 x 32K 108.2 -> 104.1, 128 x 16K 752.0 -> 719.9,
-// 8 x 4K 22.3 -> 21.5, 32 x 1K 20.3 -> 19.5, 1 x 16K 16.7 -> 16.2: more than the 8 MMAs of ~420
-// instructions per chunk, as each V tile's accumulator chain halves too.
-template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false, bool kPacked = false>
+template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false>
 __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : TcTraits<KF, VF, kHeadDim>::kMinBlocks)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
   using T = TcTraits<KF, VF, kHeadDim>;
@@ -317,7 +321,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
   for (int j = 0; j < kQPerThread; ++j) {
     const int i = tid + j * kTcThreads;
-    const int h = kPacked ? (i / D) % 4 : i / D, d = i % D;  // kPacked: rows 4-7 repeat heads 0-3
+    const int h = i / D, d = i % D;
     float x = 0.0f;
     if (h < n_heads) {
       const int64_t at = (static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d;
@@ -541,17 +545,19 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
       uint4 pa;
-      split_pair<T::kPvBf16>(p[u][0], p[u][1], pa.x, pa.y);  // k = tokens 2c, 2c+1: rows g (hi), g+8 (lo)
-      split_pair<T::kPvBf16>(p[u][2], p[u][3], pa.z, pa.w);  // k = tokens 8+2c, 9+2c
-      if constexpr (kPacked) {  // B column g >= 4: the lo halves of head g - 4 (= this lane's head)
-        pa.x = g < 4 ? pa.x : pa.y;
-        pa.z = g < 4 ? pa.z : pa.w;
+      if constexpr (T::kOneP) {  // B = P as f16: tokens 2c, 2c+1 | 8+2c, 9+2c of head g
+        const __half2 p01 = __floats2half2_rn(p[u][0], p[u][1]), p23 = __floats2half2_rn(p[u][2], p[u][3]);
+        pa.x = *reinterpret_cast<const uint32_t*>(&p01);
+        pa.z = *reinterpret_cast<const uint32_t*>(&p23);
+      } else {
+        split_pair<T::kPvBf16>(p[u][0], p[u][1], pa.x, pa.y);  // k = tokens 2c, 2c+1: rows g (hi), g+8 (lo)
+        split_pair<T::kPvBf16>(p[u][2], p[u][3], pa.z, pa.w);  // k = tokens 8+2c, 9+2c
       }
       if constexpr (kHoistV) {
-        pv_nvfp4_decoded<D, kPacked>(vb, pa, o);
+        pv_nvfp4_decoded<D, T::kOneP>(vb, pa, o);
       } else {
         const uint8_t* v_data = st[u] + T::kKBytes + T::kKScaleBytes;
-        pv_chunk<VF, D, kPacked>(v_data, v_data + T::kVBytes, g, c, pa, o);
+        pv_chunk<VF, D, T::kOneP>(v_data, v_data + T::kVBytes, g, c, pa, o);
       }
     }
     __syncwarp();  // the next issue overwrites these stages
@@ -613,14 +619,12 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     }
   }
   __syncthreads();
-  // kPacked: rows 0-3 of each warp's O^T hold P's hi parts, rows 4-7 the same heads' lo parts
-  // (same m and l: lanes g and g + 4 ran the same softmax).
-  for (int i = tid; i < (kPacked ? 4 : 8) * D; i += kTcThreads) {
+  for (int i = tid; i < 8 * D; i += kTcThreads) {
     const int h = i / D;  // warp-uniform
     const float l_all = __shfl_sync(0xFFFFFFFFu, (h & 1) ? l_head[1] : l_head[0], h >> 1);  // lane (0, h / 2)
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) sum += kPacked ? red[w * 8 * D + i] + red[w * 8 * D + 4 * D + i] : red[w * 8 * D + i];
+    for (int w = 0; w < kTcWarps; ++w) sum += red[w * 8 * D + i];
     red[i] = sum / l_all * T::kVUnitMult;  // each i is read and written by one thread only
   }
   __syncthreads();

@@ -130,21 +130,12 @@ inline constexpr int kTcFewBlocksPerSm = 3;
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max_group, dim3 grid, cudaStream_t stream);
 
-// Blocks of at most 4 query heads (group <= 4) put P's hi and lo halves into one P·V MMA (the
-// packed build, decode_attention_tc.cuh): where V is nvfp4, whose issue-bound loop gains from every
-// instruction saved (8 of 16 P·V MMAs per 16-token chunk at head_dim 128); bf16 and fp8 blocks are
-// memory-bound and keep one build. (Figures: docs/PERFORMANCE.md, fifteenth round.)
-constexpr bool tc_packed_heads(quant::ElemFormat vf, int group) {
-  return vf == quant::ElemFormat::kNVFP4 && group <= 4;
-}
-
 // Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside,
 // steps = 16-token chunks per warp step (1, or 2 where tc_steps is 2; decode_tc_steps); few_blocks
-// (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks);
-// packed = the packed build (tc_packed_heads; only where V is nvfp4).
+// (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, bool packed,
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks,
                                 int max_blocks_per_sm, dim3 grid, cudaStream_t stream);
 
 // The split-KV merge (decode_reduce.cu); a sequence of one work item is skipped (the decode kernel
@@ -181,9 +172,6 @@ struct DecodeLaunch {
   // > 0: the tensor-core kernel's shared memory is raised so that at most this many blocks share an
   // SM (DecodeAttentionParams::spread_blocks); 0: as many as fit.
   int max_blocks_per_sm = 0;
-  // The packed build (decode_attention_tc.cuh, kPacked: P's hi and lo halves in one P·V MMA) where
-  // tc_packed_heads allows it; a benchmark may clear it to time the unpacked build.
-  bool tc_packed = false;
 };
 
 // Throws nibble::Error naming the problem (decode_attention's checks).

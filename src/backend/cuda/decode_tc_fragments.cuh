@@ -4,7 +4,8 @@
 // pv_pair), every KV format decoded in registers — bf16 as is, fp8 by the hardware e4m3x2 -> f16x2
 // convert, nvfp4 by E2M1 bit placement (e2m1_decode.h) times the block scale in f16 — and the
 // m16n8k16 MMA. Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is
-// the f32 accumulation and the hi/lo split of q and p (split_pair).
+// the f32 accumulation, the hi/lo split of q and p (split_pair) and, where V is nvfp4, p rounded
+// once to f16 (TcTraits::kOneP).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -172,14 +173,13 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint3
 // into the same accumulator). O then takes kHeadDim/16 accumulator tiles, half the registers of
 // P in A (whose rows 8-15 carried P's lo halves): o[nt / 2][0..1] = the dim of n-tile nt at heads
 // 2c, 2c+1, [2..3] = the dim of nt + 1. Same MMA count.
-// kPacked (groups of at most 4 heads, decode_attention_tc.cuh): B's columns 0-3 are P's hi halves
-// of heads 0-3 and columns 4-7 their lo halves, already selected into pa.x, pa.z: one MMA.
-template <bool kBf16, bool kPacked, int kOT>
+// kOneP (V in nvfp4, TcTraits::kOneP): P is one f16 pair per register (pa.x, pa.z), one MMA.
+template <bool kBf16, bool kOneP, int kOT>
 __device__ __forceinline__ void pv_pair(float (&o)[kOT][4], int nt, const uint4& pa, uint32_t b0, uint32_t b1,
                                         uint32_t c0, uint32_t c1) {
   const uint4 v = make_uint4(b0, c0, b1, c1);
-  mma16816<kBf16>(o[nt / 2], v, pa.x, pa.z);  // P hi: tokens 2c, 2c+1 | 2c+8, 2c+9 of head g
-  if constexpr (!kPacked) mma16816<kBf16>(o[nt / 2], v, pa.y, pa.w);  // P lo
+  mma16816<kBf16>(o[nt / 2], v, pa.x, pa.z);  // P (hi): tokens 2c, 2c+1 | 2c+8, 2c+9 of head g
+  if constexpr (!kOneP) mma16816<kBf16>(o[nt / 2], v, pa.y, pa.w);  // P lo
 }
 
 // Words of 8 nvfp4 codes a thread holds per V row: its head_dim / 8 dims are head_dim / 16 bytes.
@@ -263,7 +263,7 @@ __device__ __forceinline__ void nvfp4_v_each(const uint8_t* v_data, const uint8_
 
 // PV for one chunk over the 16 tokens; thread (g, c) supplies tokens 2c, 2c+1, 2c+8, 2c+9 at dims
 // g·D/8 + nt of V n-tiles nt (pv_pair: O^T += V^T · P^T, two n-tiles at a time).
-template <ElemFormat VF, int kHeadDim, bool kPacked>
+template <ElemFormat VF, int kHeadDim, bool kOneP>
 __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v_scales, int g, int c,
                                          const uint4& pa, float (&o)[kHeadDim / 16][4]) {
   constexpr int kRow = static_cast<int>(quant::data_bytes(VF, kHeadDim));
@@ -281,7 +281,7 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
       const uint32_t a2[4] = {w[2].x, w[2].y, w[2].z, w[2].w}, a3[4] = {w[3].x, w[3].y, w[3].z, w[3].w};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        pv_pair<kBf16, kPacked>(o, 8 * s + 2 * q, pa, __byte_perm(a0[q], a1[q], 0x5410), __byte_perm(a2[q], a3[q], 0x5410),
+        pv_pair<kBf16, kOneP>(o, 8 * s + 2 * q, pa, __byte_perm(a0[q], a1[q], 0x5410), __byte_perm(a2[q], a3[q], 0x5410),
                            __byte_perm(a0[q], a1[q], 0x7632), __byte_perm(a2[q], a3[q], 0x7632));
       }
     }
@@ -309,13 +309,13 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
         const uint32_t sel = k | ((k + 4) << 4) | ((k + 1) << 8) | ((k + 5) << 12);
         const uint32_t p01 = __byte_perm(w[0][q], w[1][q], sel);
         const uint32_t p23 = __byte_perm(w[2][q], w[3][q], sel);
-        pv_pair<false, kPacked>(o, 4 * q + k, pa, e4m3x2_to_f16x2(p01), e4m3x2_to_f16x2(p23), e4m3x2_to_f16x2(p01 >> 16),
+        pv_pair<false, kOneP>(o, 4 * q + k, pa, e4m3x2_to_f16x2(p01), e4m3x2_to_f16x2(p23), e4m3x2_to_f16x2(p01 >> 16),
                            e4m3x2_to_f16x2(p23 >> 16));
       }
     }
   } else {  // kNVFP4
     nvfp4_v_each<kHeadDim>(v_data, v_scales, g, c, [&](int m, const uint32_t (&b)[4]) {
-      pv_pair<false, kPacked>(o, 2 * m, pa, b[0], b[1], b[2], b[3]);
+      pv_pair<false, kOneP>(o, 2 * m, pa, b[0], b[1], b[2], b[3]);
     });
   }
 }
@@ -330,11 +330,11 @@ __device__ __forceinline__ void nvfp4_v_decode(const uint8_t* v_data, const uint
     for (int r = 0; r < 4; ++r) vb[m][r] = b[r];
   });
 }
-template <int kHeadDim, bool kPacked>
+template <int kHeadDim, bool kOneP>
 __device__ __forceinline__ void pv_nvfp4_decoded(const uint32_t (&vb)[kHeadDim / 16][4], const uint4& pa,
                                                  float (&o)[kHeadDim / 16][4]) {
 #pragma unroll
-  for (int m = 0; m < kHeadDim / 16; ++m) pv_pair<false, kPacked>(o, 2 * m, pa, vb[m][0], vb[m][1], vb[m][2], vb[m][3]);
+  for (int m = 0; m < kHeadDim / 16; ++m) pv_pair<false, kOneP>(o, 2 * m, pa, vb[m][0], vb[m][1], vb[m][2], vb[m][3]);
 }
 
 }  // namespace nibble::cuda::detail

@@ -1,9 +1,9 @@
 // CUDA paged decode attention against the CPU oracle: the test quantizes random K/V into pages with
 // quant::quantize_head_vector (rotated first when the cache is), dequantizes those same bytes with
 // quant::dequantize_head_vector, and computes softmax attention in double. The kernel sees exactly
-// the stored values, so what remains is float32 arithmetic: the tolerance is format-independent
-// in kind, stated per format below relative to the largest |V| (outputs are convex combinations of
-// V rows). Outputs are poisoned (NaN bytes) before every run, so an unwritten element fails.
+// the stored values, so what remains is float32 arithmetic (and, where V is nvfp4, p rounded to
+// f16): the tolerance is stated per format below relative to the largest |V| (outputs are convex
+// combinations of V rows). Outputs are poisoned (NaN bytes) before every run, so an unwritten element fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,8 +36,10 @@ double tolerance(KvDtype dtype) {
     case KvDtype::kF32: return 5e-5;   // f32 values, f32 accumulation over up to 128K tokens
     case KvDtype::kBF16: return 1e-4;  // tensor cores: q and p as bf16 hi+lo pairs (~16 significant bits)
     case KvDtype::kFP8: return 1e-4;   // unit values e4m3 exact; g folded into q / output
-    case KvDtype::kNVFP4: return 1e-4; // e2m1 · e4m3 exact in f32; g folded as for fp8
-    case KvDtype::kK8V4: return 1e-4;
+    // e2m1 · e4m3 exact in f32, g folded as for fp8; P enters P·V as one f16 (TcTraits::kOneP):
+    // up to 2^-12 = 2.4e-4 of max|V| when every p of an output rounds the same way.
+    case KvDtype::kNVFP4: return 3e-4;
+    case KvDtype::kK8V4: return 3e-4;
   }
   return 0;
 }
