@@ -693,7 +693,9 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                           // so every earlier step's KV is complete, and this step writes only each
                           // decode sequence's last token (the kernel just before this one).
                           .prefix_ready = decode_prefix_before_wait_,
-                          .spread_blocks = decode_spread_blocks_};
+                          .spread_blocks = decode_spread_blocks_,
+                          // f32 weights are the exact mode: p enters P·V as exact hi + lo halves.
+                          .exact_p = weights_ == WeightPrecision::kF32};
   recorder_.op({11, sig(dec.plan_device.data()), sig(dec.partial_out.data()), sig(dec.partial_lse.data()),
                 sig_i(dec.plan.num_work), sig(page_tables), sig_i(merge_early_trigger_),
                 sig_i(decode_prefix_before_wait_), sig_i(decode_spread_blocks_)},

@@ -65,6 +65,10 @@ struct DecodeAttentionParams {
   // become resident one SM at a time behind a previous kernel (the engine's step: behind the KV
   // write, as the q/k/v product's blocks exit); on an idle GPU the blocks spread anyway.
   bool spread_blocks = false;
+  // Where V is nvfp4 the tensor-core kernel takes the softmax weights p into P·V as one f16 (one MMA
+  // per V tile pair; error <= 2^-12 · max|V|, decode_attention_tc.cuh); true keeps p as exact
+  // hi + lo halves (two MMAs), as for the other formats: the CUDA backend's exact mode (f32 weights).
+  bool exact_p = false;
 };
 
 // Floats of partial_out the plan needs (0 when no sequence is split); partial_lse needs

@@ -19,7 +19,7 @@
 //   softmax  online, in registers (a quad of lanes holds one head's 16 scores), exp2 domain.
 //   PV  transposed, O^T += V^T · P^T (pv_pair): A = V^T (16 dims × 16 tokens: two V n-tiles),
 //       B = P^T straight from the QK accumulators (hi and lo halves: two MMAs; one f16, one MMA,
-//       where V is nvfp4: TcTraits::kOneP), so O^T takes
+//       where V is nvfp4: kOneP), so O^T takes
 //       head_dim/16 accumulator tiles (32 registers at head_dim 128, half of P in A). Token pairs at
 //       one dim are built with byte permutes, then converted as for K.
 // Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is f32 accumulation
@@ -92,17 +92,6 @@ struct TcTraits {
   // 256 would spill). Since O is kept transposed (pv_pair, 32 registers at head_dim 128) every format
   // has them to spare, fp8/fp8 included.
   static constexpr bool kQkTwoChains = kHeadDim <= 128;
-  // P as one f16 (11 significant bits) instead of hi + lo halves, one P·V MMA per V tile pair
-  // instead of two, where V is nvfp4: the rounding adds at most 2^-12 · max|V| to an output
-  // (relative to P, in the numerator only; l sums the f32 p), three orders of magnitude below the
-  // format's own error (E2M1 steps are 1/2 to 1/4 of the value), and the issue-bound loop gains
-  // (H200, 2026-12-01, graph replays, nvfp4 us, hi + lo -> one f16: GQA 8 32 x 32K 393.5 / 392.9 ->
-  // 366.6, 8 x 32K 109.3 / 108.5 -> 102.2; GQA 4 32 x 32K 391.1 -> 363.8, 8 x 32K 108.2 -> 101.5,
-  // 128 x 16K 752.0 -> 696.9). bf16 and fp8 blocks are memory-bound and keep the hi/lo pair.
-  // (Tried first, same day: for groups of <= 4 heads, P's hi halves in B columns 0-3 and its lo
-  // halves in the empty columns 4-7, one MMA, exact as before: GQA 4 32 x 32K 375.2 us; and two QK
-  // MMA chains per tile in the 32-token step: 389.5 vs 376.7 us, 4 bytes spilled.)
-  static constexpr bool kOneP = VF == ElemFormat::kNVFP4;
   // Stored unit values are scaled into f16 by these powers of two (nvfp4: unit · 2^-8).
   static constexpr float kKUnitMult = KF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
   static constexpr float kVUnitMult = VF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
@@ -162,13 +151,26 @@ __device__ __forceinline__ int q_swz(int h, int d) {
 //  - griddepcontrol.launch_dependents after the main loop instead of at the start (the merge's
 //    blocks then wait beside fewer decode blocks): 10.9 / 16.9-17.0 / 13.7 and 11.3 / 17.3 / 14.9;
 //    at the very end: 11.5 / 17.1-17.2 / 13.2-13.3 and 11.8-11.9 / 17.5 / 15.0.
-template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false>
+//
+// kOneP (DecodeLaunch::tc_one_p: V in nvfp4, unless DecodeAttentionParams::exact_p): the softmax
+// weights enter P·V as one f16 (11 significant bits) instead of hi + lo halves, one P·V MMA per V
+// tile pair instead of two. The rounding adds at most 2^-12 · max|V| to an output (relative to p,
+// in the numerator only; l sums the f32 p), three orders of magnitude below the format's own error
+// (E2M1 steps are 1/4 to 1/2 of the value); the issue-bound loop gains (H200, 2026-12-01, graph
+// replays, nvfp4 us, hi + lo -> one f16: GQA 8 32 x 32K 393.5 / 392.9 -> 366.6, 8 x 32K 109.3 /
+// 108.5 -> 102.2; GQA 4 32 x 32K 391.1 -> 363.8, 8 x 32K 108.2 -> 101.5, 128 x 16K 752.0 -> 696.9).
+// bf16 and fp8 blocks are memory-bound and always take the hi/lo pair. Tried first, same day: for
+// groups of <= 4 heads, p's hi halves in B columns 0-3 and its lo halves in the empty columns 4-7
+// (heads 0-3 repeated in Q's rows 4-7), one MMA and exact: GQA 4 32 x 32K 375.2 us, GQA 8 nothing;
+// and two QK MMA chains per tile in the 32-token step: 389.5 vs 376.7 us, 4 bytes spilled.
+template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false, bool kOneP = false>
 __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : TcTraits<KF, VF, kHeadDim>::kMinBlocks)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
   using T = TcTraits<KF, VF, kHeadDim>;
   constexpr int kOT = T::kNTiles / 2;  // O^T accumulator tiles (pv_pair)
   static_assert(kSteps == 1 || kSteps == 2, "1 or 2 chunks per step");
   static_assert(T::kStages > kSteps, "the ring must hold a step plus at least one chunk in flight");
+  static_assert(!kOneP || VF == ElemFormat::kNVFP4, "p as one f16 only where V is nvfp4");
   constexpr int D = kHeadDim;
   extern __shared__ uint4 smem_u4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
@@ -545,7 +547,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
       uint4 pa;
-      if constexpr (T::kOneP) {  // B = P as f16: tokens 2c, 2c+1 | 8+2c, 9+2c of head g
+      if constexpr (kOneP) {  // B = P as f16: tokens 2c, 2c+1 | 8+2c, 9+2c of head g
         const __half2 p01 = __floats2half2_rn(p[u][0], p[u][1]), p23 = __floats2half2_rn(p[u][2], p[u][3]);
         pa.x = *reinterpret_cast<const uint32_t*>(&p01);
         pa.z = *reinterpret_cast<const uint32_t*>(&p23);
@@ -554,10 +556,10 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
         split_pair<T::kPvBf16>(p[u][2], p[u][3], pa.z, pa.w);  // k = tokens 8+2c, 9+2c
       }
       if constexpr (kHoistV) {
-        pv_nvfp4_decoded<D, T::kOneP>(vb, pa, o);
+        pv_nvfp4_decoded<D, kOneP>(vb, pa, o);
       } else {
         const uint8_t* v_data = st[u] + T::kKBytes + T::kKScaleBytes;
-        pv_chunk<VF, D, T::kOneP>(v_data, v_data + T::kVBytes, g, c, pa, o);
+        pv_chunk<VF, D, kOneP>(v_data, v_data + T::kVBytes, g, c, pa, o);
       }
     }
     __syncwarp();  // the next issue overwrites these stages

@@ -132,10 +132,11 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
 
 // Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside,
 // steps = 16-token chunks per warp step (1, or 2 where tc_steps is 2; decode_tc_steps); few_blocks
-// (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks).
+// (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks);
+// one_p = p into P·V as one f16 (only where V is nvfp4: DecodeLaunch::tc_one_p).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks,
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, bool one_p,
                                 int max_blocks_per_sm, dim3 grid, cudaStream_t stream);
 
 // The split-KV merge (decode_reduce.cu); a sequence of one work item is skipped (the decode kernel
@@ -172,6 +173,9 @@ struct DecodeLaunch {
   // > 0: the tensor-core kernel's shared memory is raised so that at most this many blocks share an
   // SM (DecodeAttentionParams::spread_blocks); 0: as many as fit.
   int max_blocks_per_sm = 0;
+  // The softmax weights enter P·V as one f16 (decode_attention_tc.cuh, kOneP): where V is nvfp4 and
+  // DecodeAttentionParams::exact_p is off.
+  bool tc_one_p = false;
 };
 
 // Throws nibble::Error naming the problem (decode_attention's checks).

@@ -5,7 +5,7 @@
 // convert, nvfp4 by E2M1 bit placement (e2m1_decode.h) times the block scale in f16 — and the
 // m16n8k16 MMA. Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is
 // the f32 accumulation, the hi/lo split of q and p (split_pair) and, where V is nvfp4, p rounded
-// once to f16 (TcTraits::kOneP).
+// once to f16 (decode_attention_tc.cuh, kOneP).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -173,7 +173,7 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint3
 // into the same accumulator). O then takes kHeadDim/16 accumulator tiles, half the registers of
 // P in A (whose rows 8-15 carried P's lo halves): o[nt / 2][0..1] = the dim of n-tile nt at heads
 // 2c, 2c+1, [2..3] = the dim of nt + 1. Same MMA count.
-// kOneP (V in nvfp4, TcTraits::kOneP): P is one f16 pair per register (pa.x, pa.z), one MMA.
+// kOneP (V in nvfp4; decode_attention_tc.cuh): P is one f16 pair per register (pa.x, pa.z), one MMA.
 template <bool kBf16, bool kOneP, int kOT>
 __device__ __forceinline__ void pv_pair(float (&o)[kOT][4], int nt, const uint4& pa, uint32_t b0, uint32_t b1,
                                         uint32_t c0, uint32_t c1) {

@@ -30,16 +30,17 @@ using quant::KvDtype;
 using quant::Rotation;
 using test::DeviceBuffer;
 
-// |gpu - oracle| <= tolerance · max|V̂| + tolerance · |oracle|.
-double tolerance(KvDtype dtype) {
+// |gpu - oracle| <= tolerance · max|V̂| + tolerance · |oracle|. exact_p: DecodeAttentionParams::exact_p.
+double tolerance(KvDtype dtype, bool exact_p) {
   switch (dtype) {
     case KvDtype::kF32: return 5e-5;   // f32 values, f32 accumulation over up to 128K tokens
     case KvDtype::kBF16: return 1e-4;  // tensor cores: q and p as bf16 hi+lo pairs (~16 significant bits)
     case KvDtype::kFP8: return 1e-4;   // unit values e4m3 exact; g folded into q / output
-    // e2m1 · e4m3 exact in f32, g folded as for fp8; P enters P·V as one f16 (TcTraits::kOneP):
+    // e2m1 · e4m3 exact in f32, g folded as for fp8; P enters P·V as one f16 (decode_attention_tc.cuh, kOneP):
     // up to 2^-12 = 2.4e-4 of max|V| when every p of an output rounds the same way.
-    case KvDtype::kNVFP4: return 3e-4;
-    case KvDtype::kK8V4: return 3e-4;
+    // (exact_p: as hi + lo halves, as for the other formats.)
+    case KvDtype::kNVFP4: return exact_p ? 1e-4 : 3e-4;
+    case KvDtype::kK8V4: return exact_p ? 1e-4 : 3e-4;
   }
   return 0;
 }
@@ -71,6 +72,7 @@ struct RunSpec {
   //           chunk before its wait, so outputs must come out NaN — proof that the early copies happen.
   enum class LateWrite { kNone, kLast, kFirst };
   LateWrite late = LateWrite::kNone;
+  bool exact_p = false;  // DecodeAttentionParams::exact_p (the CUDA backend's exact mode)
 };
 
 // Normalized Walsh–Hadamard in double (the oracle's own, independent of quant::hadamard_inplace).
@@ -203,7 +205,7 @@ void run_and_compare(const RunSpec& r) {
   const DeviceBuffer d_q = r.q_bf16 ? DeviceBuffer::from(q_bits) : DeviceBuffer::from(q);
   const DeviceBuffer d_pt = DeviceBuffer::from(pt.table);
   DeviceBuffer d_out(q.size() * sizeof(float));
-  const double tol = tolerance(r.dtype);
+  const double tol = tolerance(r.dtype, r.exact_p);
 
   for (int64_t chunk : r.chunk_variants) {
     const DecodeSplitPlan plan = plan_decode_splits({.seq_lens = r.seq_lens,
@@ -263,7 +265,8 @@ void run_and_compare(const RunSpec& r) {
                       .rotation = r.rotation,
                       .softmax_scale = static_cast<float>(scale),
                       .early_dependents = r.product_after,
-                      .prefix_ready = r.late != RunSpec::LateWrite::kNone},
+                      .prefix_ready = r.late != RunSpec::LateWrite::kNone,
+                      .exact_p = r.exact_p},
                      stream);
     if (r.product_after) {
       GemvParams gp{.x = d_out.as<float>(), .rows = num_seqs, .k = width, .segments = {}, .num_segments = 1};
@@ -414,6 +417,23 @@ TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
       run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = 128, .kv_heads = 2, .group = group, .page_size = 32,
                        .seq_lens = lens, .chunk_variants = {64, 128, 192, 256, 1024}});
       if (HasFailure()) return;
+    }
+  }
+}
+
+// Where V is nvfp4 the kernel has a second build that takes p into P·V as exact hi + lo halves
+// (DecodeAttentionParams::exact_p, the CUDA backend's exact mode with f32 weights): held to the
+// tight bound of the other formats, over every step build, head_dim and group tile.
+TEST(CudaDecodeExactP, Nvfp4VMatchesTheTightBound) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (const KvDtype dtype : {KvDtype::kNVFP4, KvDtype::kK8V4}) {
+    for (const int head_dim : {64, 128, 256}) {
+      for (const int group : {1, 4, 8, 12}) {
+        run_and_compare({.dtype = dtype, .head_dim = head_dim, .kv_heads = 2, .group = group, .page_size = 16,
+                         .seq_lens = {1, 40, 1000, 4097}, .chunk_variants = {0, 64, 128, 1024},
+                         .exact_p = true});
+        if (HasFailure()) return;
+      }
     }
   }
 }

@@ -46,6 +46,9 @@
 //     boundary with probability δ / s (s = the code's relative spacing) and then move by s, an rms
 //     error of sqrt(δ · s), i.e. Q = sqrt(s / δ) times δ: 1 for f32 and bf16 caches (s <= δ), 6.7
 //     for e4m3 (s = 2^-3), 13.5 for e2m1 (nvfp4, k8v4's V; s up to 1/2).
+//     (Where V is nvfp4 the decode kernel also rounds the softmax weights to f16 with bf16 weights,
+//     u_p = 2^-12 (decode_attention_tc.cuh, kOneP): one more stage per layer, 8x smaller than u, inside
+//     the margin. f32 weights run it exactly: CudaBackend sets DecodeAttentionParams::exact_p.)
 //     Bound = kBf16Margin · E(L) · Q with kBf16Margin = 2. Measured on the H200 (max over cases,
 //     error / (E · Q)): f32 KV 0.85, fp8 0.49, nvfp4 0.66, k8v4 0.62, so the margin is >= 2.3x.
 //     The greedy-agreement test is the bf16 path's behavioural check.
