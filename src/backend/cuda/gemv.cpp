@@ -1,4 +1,5 @@
-// Host entry of gemv.h: checks the shapes and pointers, then launches (gemv.cu).
+// Host entry of gemv.h: checks the shapes and pointers, then launches (gemv_tiles.cu where it applies,
+// else gemv.cu).
 #include "backend/cuda/gemv.h"
 
 #include "common/error.h"
@@ -9,6 +10,8 @@ namespace detail {  // gemv.cu
 int gemv_max_smem_bytes();
 size_t gemv_smem_bytes(int64_t rows, int64_t k, GemvEpilogue epilogue);
 void launch_gemv_bf16(const GemvParams& p, cudaStream_t stream);
+bool gemv_tiles_supports(const GemvParams& p);  // gemv_tiles.cu
+void launch_gemv_tiles(const GemvParams& p, cudaStream_t stream);
 }  // namespace detail
 
 namespace {
@@ -36,11 +39,21 @@ bool gemv_supports(const GemvParams& p) {
   return p.residual == nullptr || p.num_segments == 1;
 }
 
+bool gemv_tile_shape(const GemvParams& p) {
+  if (p.k != 2048 && p.k != 4096) return false;
+  const int segments = p.epilogue == GemvEpilogue::kSwiGlu ? 2 : p.num_segments;
+  for (int s = 0; s < segments && s < kGemvMaxSegments; ++s) {
+    if (p.segments[s].n % 16 != 0) return false;
+  }
+  return true;
+}
+
 int gemv_faster_rows(const GemvParams& p) {
   int64_t n = 0;
   for (int s = 0; s < p.num_segments && s < kGemvMaxSegments; ++s) n += p.segments[s].n;
-  if (p.k > 8192) return 4;                                 // down
-  if (p.norm_weight != nullptr && n > 8 * p.k) return 4;   // the LM head
+  if (p.k > 8192) return 4;  // down
+  // The LM head: the streaming build falls behind cuBLAS past 4 rows, the tile build does not.
+  if (p.norm_weight != nullptr && n > 8 * p.k) return gemv_tile_shape(p) ? 8 : 4;
   return 8;
 }
 
@@ -61,7 +74,11 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream) {
                                                                                  GemvEpilogue::kSwiGlu)),
                  "gemv_bf16: segment {} has a null weight or output pointer", s);
   }
-  detail::launch_gemv_bf16(q, stream);
+  if (detail::gemv_tiles_supports(q)) {
+    detail::launch_gemv_tiles(q, stream);
+  } else {
+    detail::launch_gemv_bf16(q, stream);
+  }
 }
 
 }  // namespace nibble::cuda

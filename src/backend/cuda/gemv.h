@@ -16,7 +16,8 @@
 //              silu(g) = g / (1 + expf(-g)) as elementwise.h's silu_mul computes it. Only
 //              segment 0's out is written.
 //
-// Kernel shape (gemv.cu): a persistent grid (as many blocks as fit on the device at once, never
+// Kernel shape (gemv.cu; from kGemvTileMinRows rows the tile build of gemv_tiles.cu where it
+// applies, described there): a persistent grid (as many blocks as fit on the device at once, never
 // more than the work needs), 16 warps per block; bf16(x) staged once per block in shared memory
 // (rows·k·2 bytes, rows above 1 rounded up to even, k to whole batches; from 2 rows on laid out
 // as the MMAs' A registers); each warp takes whole rows of W (rows g, g + G, ...
@@ -37,6 +38,10 @@ namespace nibble::cuda {
 
 inline constexpr int64_t kGemvMaxRows = 8;
 inline constexpr int kGemvMaxSegments = 3;
+// From this many activation rows on, products whose k is 2048 or 4096 and whose segments' n are
+// multiples of 16 run the tile build (gemv_tiles.cu: W in 16-row tiles as the MMA's A operand,
+// staged through shared memory); the others, and fewer rows, the streaming one (gemv.cu).
+inline constexpr int64_t kGemvTileMinRows = 3;
 
 enum class GemvEpilogue : uint8_t { kStore, kSwiGlu };
 
@@ -90,7 +95,15 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream);
 //   everything else (q/k/v, gate/up + SwiGLU, o + residual): 8. 8 rows: 38.4 vs 45.9, 80.3 vs 82.2,
 //     22.0 vs 19.2 alone but in the batch-8 step (1K bf16 KV) o and gate/up on cuBLAS 6.060 ms, gate/up
 //     on the GEMV 6.009, both 5.906.
-// (n: the output rows of all segments together.)
+// (n: the output rows of all segments together.) With the tile build (fifteenth session, same
+// measurement at 4 and 8 rows, L2 flushed): the fused norm + LM head 248.8 / 249.1 us against
+// cuBLAS's 256.3 / 257.6, so where its shape applies (gemv_tile_shape) the LM head stays on the
+// GEMV up to 8 rows; q/k/v 23.7 / 24.4 vs 46.4 / 46.0, gate/up 66.4 / 67.3 vs 81.9 / 82.0, o +
+// residual 17.1 / 17.8 vs 19.2 / 19.4; down (not a tile shape) 44.8 / 54.1 vs 37.8 / 38.3.
 int gemv_faster_rows(const GemvParams& p);
+
+// The shapes the tile build (gemv_tiles.cu) takes from kGemvTileMinRows rows: k 2048 or 4096 and
+// every segment's n a multiple of 16 (its shared memory, checked at launch, fits sm_90's).
+bool gemv_tile_shape(const GemvParams& p);
 
 }  // namespace nibble::cuda

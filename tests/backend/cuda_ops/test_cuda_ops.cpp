@@ -329,6 +329,105 @@ TEST_F(CudaOps, FusedInputNormMatchesRmsNormThenProducts) {
   }
 }
 
+// The GEMV's tile build (gemv_tiles.cu: k 2048 or 4096, widths multiples of 16, from
+// kGemvTileMinRows rows): q/k/v with the fused norm (three segments: tiles of one block cross segment
+// boundaries), gate/up with SwiGLU, a product with bias and o + residual, against the CPU on
+// bf16-rounded inputs (1e-4; 1e-2 with the norm: the CPU multiplies the f32 normalized rows) and the
+// fused norm bit for bit against the CUDA backend's rms_norm then products (its sums in
+// elementwise.cu's order). Widths of 33, 5 and 65 tiles: more tiles than some blocks take, fewer
+// than the SMs.
+TEST_F(CudaOps, GemvTileBuildMatchesCpuAndSeparateOps) {
+  dynamic_cast<CudaBackend&>(*gpu).set_gemv_everywhere(true);
+  for (const int64_t hidden : {2048, 4096}) {
+    const int64_t qw = 528, kvw = 80, inter = 1040;
+    auto host_matrix = [&](int64_t out, int64_t in) { return round_bf16(random_floats(out * in, rng, 0.05f)); };
+    const std::vector<float> wq = host_matrix(qw, hidden), wk = host_matrix(kvw, hidden), wv = host_matrix(kvw, hidden);
+    const std::vector<float> wg = host_matrix(inter, hidden), wu = host_matrix(inter, hidden);
+    const std::vector<float> wo = host_matrix(hidden, hidden), bq = random_floats(qw, rng);
+    std::vector<float> gain = random_floats(hidden, rng, 0.5f);
+    for (float& g : gain) g += 1.0f;
+    std::vector<std::unique_ptr<Buffer>> owners(16);
+    int next = 0;
+    auto matrices = [&](const std::vector<float>& host, int64_t out, int64_t in) {
+      return std::pair{gpu->upload_matrix(host.data(), out, in, owners[next++]),
+                       cpu.upload_matrix(host.data(), out, in, owners[next++])};
+    };
+    const auto [gq, cq] = matrices(wq, qw, hidden);
+    const auto [gk, ck] = matrices(wk, kvw, hidden);
+    const auto [gv, cv] = matrices(wv, kvw, hidden);
+    const auto [gg, cg] = matrices(wg, inter, hidden);
+    const auto [gu, cu] = matrices(wu, inter, hidden);
+    const auto [go, co] = matrices(wo, hidden, hidden);
+    const Vector ggain = gpu->upload_vector(gain.data(), hidden, owners[next++]);
+    const Vector gbq = gpu->upload_vector(bq.data(), qw, owners[next++]);
+    const float eps = 1e-5f;
+    for (const int64_t rows : {3, 5, 8}) {
+      const std::vector<float> x = random_floats(rows * hidden, rng);
+      const std::vector<float> x_rounded = round_bf16(x);
+      const Tensor cx{const_cast<float*>(x.data()), rows, hidden}, cxr{const_cast<float*>(x_rounded.data()), rows, hidden};
+      auto gx = upload(*gpu, x, rows, hidden);
+      auto gh = upload(*gpu, std::vector<float>(rows * hidden, NAN), rows, hidden);
+      const std::string at = std::to_string(hidden) + " x " + std::to_string(rows);
+
+      // q/k/v with the fused norm.
+      auto oq = upload(*gpu, std::vector<float>(rows * qw, NAN), rows, qw);
+      auto ok = upload(*gpu, std::vector<float>(rows * kvw, NAN), rows, kvw);
+      auto ov = upload(*gpu, std::vector<float>(rows * kvw, NAN), rows, kvw);
+      const Backend::InputNorm gnorm{.weight = ggain, .eps = eps, .normed = gh.view};
+      const Matrix gws[] = {gq, gk, gv};
+      const Vector no_bias[] = {{}, {}, {}};
+      const Tensor gouts[] = {oq.view, ok.view, ov.view};
+      gpu->matmul_shared_input(gx.view, &gnorm, gws, no_bias, gouts);
+      const std::vector<float> got_q = download(*gpu, oq.view), got_v = download(*gpu, ov.view);
+      std::vector<float> ch(rows * hidden), c_q(rows * qw), c_k(rows * kvw), c_v(rows * kvw);
+      const Backend::InputNorm cnorm{.weight = {gain.data(), hidden}, .eps = eps, .normed = {ch.data(), rows, hidden}};
+      const Matrix cws[] = {cq, ck, cv};
+      const Tensor couts[] = {{c_q.data(), rows, qw}, {c_k.data(), rows, kvw}, {c_v.data(), rows, kvw}};
+      cpu.matmul_shared_input(cx, &cnorm, cws, no_bias, couts);
+      EXPECT_LE(test::relative_max_error(got_q, c_q), 1e-2) << at;
+      EXPECT_LE(test::relative_max_error(download(*gpu, ok.view), c_k), 1e-2) << at;
+      EXPECT_LE(test::relative_max_error(got_v, c_v), 1e-2) << at;
+      auto sq = upload(*gpu, std::vector<float>(rows * qw, NAN), rows, qw);
+      auto sv = upload(*gpu, std::vector<float>(rows * kvw, NAN), rows, kvw);
+      gpu->rms_norm(gx.view, ggain, eps, gh.view);
+      gpu->matmul(gh.view, gq, {}, sq.view);
+      gpu->matmul(gh.view, gv, {}, sv.view);
+      EXPECT_EQ(download(*gpu, sq.view), got_q) << at;
+      EXPECT_EQ(download(*gpu, sv.view), got_v) << at;
+
+      // gate/up + SwiGLU with the fused norm.
+      auto gate = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+      auto up = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+      auto fused = upload(*gpu, std::vector<float>(rows * inter, NAN), rows, inter);
+      gpu->matmul_swiglu(gx.view, &gnorm, gg, gu, gate.view, up.view, fused.view);
+      const std::vector<float> got_s = download(*gpu, fused.view);
+      std::vector<float> c_g(rows * inter), c_u(rows * inter);
+      cpu.matmul_swiglu(cx, &cnorm, cg, cu, {c_g.data(), rows, inter}, {c_u.data(), rows, inter},
+                        {c_g.data(), rows, inter});
+      EXPECT_LE(test::relative_max_error(got_s, c_g), 1e-2) << at;
+      gpu->rms_norm(gx.view, ggain, eps, gh.view);
+      gpu->matmul(gh.view, gg, {}, gate.view);
+      gpu->matmul(gh.view, gu, {}, up.view);
+      gpu->silu_mul(gate.view, up.view, gate.view);
+      EXPECT_EQ(download(*gpu, gate.view), got_s) << at;
+
+      // A product with bias, and o + residual, against the CPU on the bf16-rounded x.
+      auto bout = upload(*gpu, std::vector<float>(rows * qw, NAN), rows, qw);
+      gpu->matmul(gx.view, gq, gbq, bout.view);
+      std::vector<float> c_b(rows * qw);
+      cpu.matmul(cxr, cq, {const_cast<float*>(bq.data()), qw}, {c_b.data(), rows, qw});
+      EXPECT_LE(test::relative_max_error(download(*gpu, bout.view), c_b), 1e-4) << at;
+      const std::vector<float> residual = random_floats(rows * hidden, rng);
+      auto res = upload(*gpu, residual, rows, hidden);
+      auto scratch = upload(*gpu, std::vector<float>(rows * hidden, NAN), rows, hidden);
+      gpu->matmul_residual_add(gx.view, go, scratch.view, res.view);
+      std::vector<float> c_res = residual, c_scratch(rows * hidden);
+      cpu.matmul_residual_add(cxr, co, {c_scratch.data(), rows, hidden}, {c_res.data(), rows, hidden});
+      EXPECT_LE(test::relative_max_error(download(*gpu, res.view), c_res), 1e-4) << at;
+    }
+  }
+}
+
 // Which products the backend gives the GEMV by default: up to the rows where it outpaces cuBLAS,
 // by product (gemv.h's measured crossovers), on the Llama-3-8B shapes they were measured on.
 TEST(GemvRouting, FasterRowsFollowTheMeasuredCrossovers) {
@@ -345,7 +444,13 @@ TEST(GemvRouting, FasterRowsFollowTheMeasuredCrossovers) {
   EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h}, false)), 8);             // o (+ residual)
   EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h, 1024, 1024}, true)), 8);  // RMSNorm + q/k/v
   EXPECT_EQ(cuda::gemv_faster_rows(params(h, {inter, inter}, true)), 8);   // RMSNorm + gate/up
-  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {128256}, true)), 4);         // RMSNorm + LM head
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {128256}, true)), 8);         // RMSNorm + LM head: the tile build
+  EXPECT_EQ(cuda::gemv_faster_rows(params(3072, {128256}, true)), 4);      // not a tile shape: cuBLAS past 4
+  EXPECT_EQ(cuda::gemv_faster_rows(params(h, {128250}, true)), 4);
+  EXPECT_TRUE(cuda::gemv_tile_shape(params(h, {h, 1024, 1024}, true)));
+  EXPECT_TRUE(cuda::gemv_tile_shape(params(2048, {4096}, false)));
+  EXPECT_FALSE(cuda::gemv_tile_shape(params(inter, {h}, false)));
+  EXPECT_FALSE(cuda::gemv_tile_shape(params(h, {h, 1024, 1000}, true)));
 }
 
 // The routing itself: a product with k > 8192 (down-like) runs on the GEMV up to 4 rows and on cuBLAS

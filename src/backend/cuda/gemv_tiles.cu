@@ -1,0 +1,378 @@
+// The decode GEMV's build for 3..8 activation rows (gemv.h; gemv_bf16 picks it where it applies):
+// out [rows, n] = bf16(x) [rows, k] · W^T with W in tiles of 16 rows on the tensor cores as the MMA's
+// A operand, so that one m16n8k16 MMA takes 512 bytes of W for all 8 activation rows at once. The
+// streaming GEMV (gemv.cu) takes two MMAs and a read of x per pair of activation rows for each
+// 512-byte load, and slows with the rows (58% of the read bandwidth at 8 rows).
+//
+// Work: a persistent grid, one block per SM (8 warps). Tiles (16 rows of W; kSwiGlu: 16 gate rows
+// and the same 16 up rows) go to blocks round robin; within a block warp w owns the k slice
+// [w·k/8, (w+1)·k/8) of every tile. Each warp streams its slices of its block's tiles through a
+// private ring of 3 shared-memory stages (kStageK columns of the tile's rows), each filled by one
+// cp.async.bulk per row (lanes 0..15, or 0..31 for gate and up) completing on the stage's mbarrier;
+// a consumed stage is refilled at once, so the ring runs ahead across tiles. Rows sit kStageK · 2 +
+// 16 bytes apart in a stage: ldmatrix's 8 row addresses then fall on distinct banks.
+//   A   ldmatrix.x4 of 16 rows × 16 columns of the stage;
+//   B   bf16(x)^T, the activation rows as the MMA's 8 columns (rows past p.rows are zeros): the
+//       warp's slice is fixed, so its k-steps' B fragments are made once, before the tiles, and
+//       kept in registers (2 per k-step);
+//   D   f32, even and odd k-steps in two chains. At a tile's end the 8 warps' partial tiles meet in
+//       shared memory (double-buffered, one barrier per tile) and 128 threads add them in warp
+//       order and apply the epilogue (bias, residual, SwiGLU).
+// Numerics: x (RMS-normalized first when fused, its sums of squares in elementwise.cu's order, as
+// gemv.cu) rounded to bf16, products and f32 sums on the tensor cores in a fixed order:
+// deterministic; another order than gemv.cu's, so the two builds agree to f32 rounding, not bits.
+//
+// Measured (H200, 2026-12-01, fifteenth session; scratch chain of the 8B products of 32 layers,
+// PDL, one graph; q/k/v, o and gate/up on this build, down on gemv.cu; us/layer against gemv.cu
+// alone in the same call): 3 rows 128.9 / 132.1, 4 131.1 / 135.6, 5 136.9 / 147.8, 6 137.4 / 148.2,
+// 7 140.8 / 159.7, 8 141.3 / 163.7 (2 rows 122.0 / 114.8: gemv.cu keeps 1 and 2). Before the B
+// fragments were loaded 8 k-steps at a time, each lane's 32 k-steps were 32 dependent L2 round trips
+// (ncu: the o product alone 28.1 us at 25% of DRAM throughput, most stall samples on those loads);
+// before them, x in shared memory and 4 warps per block (one per scheduler): 40-45%. Stages filled
+// by TMA 2D tiles (a tensor map per weight, 128-byte swizzle) measured the same as the bulk copies.
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
+#include "quant/bf16.h"
+
+namespace nibble::cuda::detail {
+
+int gemv_max_smem_bytes();  // gemv.cu
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTileRows = 16;    // W rows per A tile (m16)
+constexpr int64_t kWideRow = 1024;  // elementwise.cu's rms_norm: one block per row above this width
+constexpr int kStages = 3;       // ring stages per warp
+
+template <int kSliceSteps, GemvEpilogue kEpi>
+struct Cfg {
+  static constexpr int kK = kSliceSteps * 16 * kWarps;                 // the k this instance takes
+  static constexpr int kMats = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // A tiles per k-step (gate, up)
+  static constexpr int kStageK = kMats == 2 ? 128 : 256;              // columns per stage
+  static constexpr int kStepsPerStage = kStageK / 16;
+  static constexpr int kRowPitch = kStageK * 2 + 16;
+  static constexpr int kStagesPerTile = kSliceSteps * 16 / kStageK;
+  static constexpr int kStageBytes = kMats * kTileRows * kRowPitch;
+  static constexpr int kRingBytes = kWarps * kStages * kStageBytes;
+  static constexpr int kRedBytes = 2 * kWarps * kMats * 128 * 4;  // two tiles' partials
+  static constexpr int kSmemBytes = kRingBytes + kRedBytes + kWarps * kStages * 8;
+  static_assert(kStagesPerTile >= 1 && kStagesPerTile * kStageK == kSliceSteps * 16, "whole stages per slice");
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// `bytes` of global memory into shared memory, completing on `bar`; evicted first from L2.
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& a0, uint32_t& a1, uint32_t& a2, uint32_t& a3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
+               : "r"(addr));
+}
+// d += A · B, m16n8k16, bf16 inputs, f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(quant::bf16_from_f32(lo)) | (static_cast<uint32_t>(quant::bf16_from_f32(hi)) << 16);
+}
+
+// A tile's rows: W at its first row (gate and up for kSwiGlu), bias, out, the segment's n and the
+// tile's first row in it. (The segment chosen by compares: indexing the parameter's array with a
+// runtime index put it in local memory.)
+struct TileRows {
+  const uint16_t* w0;
+  const uint16_t* w1;
+  const float* bias;
+  float* out;
+  int n;
+  int row;
+};
+template <GemvEpilogue kEpi>
+__device__ __forceinline__ TileRows tile_rows(const GemvParams& p, int tile, int k) {
+  if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+    const int row = tile * kTileRows;
+    return {p.segments[0].w + static_cast<int64_t>(row) * k, p.segments[1].w + static_cast<int64_t>(row) * k, nullptr,
+            p.segments[0].out, static_cast<int>(p.segments[0].n), row};
+  } else {
+    const int t0 = static_cast<int>(p.segments[0].n / kTileRows), t1 = static_cast<int>(p.segments[1].n / kTileRows);
+    const GemvSegment& s = tile < t0 ? p.segments[0] : (tile < t0 + t1 ? p.segments[1] : p.segments[2]);
+    const int row = (tile < t0 ? tile : (tile < t0 + t1 ? tile - t0 : tile - t0 - t1)) * kTileRows;
+    return {s.w + static_cast<int64_t>(row) * k, nullptr, s.bias, s.out, static_cast<int>(s.n), row};
+  }
+}
+__host__ __device__ int tile_count(const GemvParams& p) {
+  if (p.epilogue == GemvEpilogue::kSwiGlu) return static_cast<int>(p.segments[0].n / kTileRows);
+  int64_t t = 0;
+  for (int s = 0; s < p.num_segments; ++s) t += p.segments[s].n / kTileRows;
+  return static_cast<int>(t);
+}
+
+// Shared memory: rings [warps][kStages][stage] | partial tiles [2][warps][mats][128] f32 | mbarriers.
+template <int kSliceSteps, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParams p) {
+  using C = Cfg<kSliceSteps, kEpi>;
+  constexpr int kK = C::kK, kMats = C::kMats, kStageK = C::kStageK, kPer = C::kStagesPerTile;
+  constexpr int kSlice = kSliceSteps * 16;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* rings = smem;
+  float* red = reinterpret_cast<float*>(rings + C::kRingBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(red) + C::kRedBytes);
+  __shared__ float norm_sums[kGemvMaxRows][8];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tiles = tile_count(p);
+  const int grid = static_cast<int>(gridDim.x);
+  const int slice0 = warp * kSlice;
+  const uint32_t ring_s = smem_addr(rings + warp * kStages * C::kStageBytes);
+  const uint32_t bar0 = smem_addr(bars + warp * kStages);
+  const uint64_t policy = evict_first_policy();
+
+  // A dependent kernel launched programmatically may start now: it waits for this grid's completion
+  // before it reads what this grid writes.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (lane == 0) {
+    for (int s = 0; s < kStages; ++s) mbar_init(bar0 + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+
+  // Copy cursor: the warp's next stage to fill (stage j of tile `it`) and its ring slot.
+  int it = static_cast<int>(blockIdx.x), ij = 0, islot = 0;
+  auto issue = [&] {
+    if (it < tiles) {
+      const uint32_t bar = bar0 + 8 * islot;
+      if (lane == 0) mbar_expect_tx(bar, kMats * kTileRows * kStageK * 2);
+      __syncwarp();
+      if (lane < kMats * kTileRows) {
+        const TileRows t = tile_rows<kEpi>(p, it, kK);
+        const int m = lane / kTileRows, r = lane % kTileRows;
+        const uint16_t* src = (m == 0 ? t.w0 : t.w1) + r * kK + slice0 + ij * kStageK;
+        bulk_copy(ring_s + islot * C::kStageBytes + (m * kTileRows + r) * C::kRowPitch, src, kStageK * 2, bar, policy);
+      }
+    }
+    if (++ij == kPer) ij = 0, it += grid;
+    if (++islot == kStages) islot = 0;
+  };
+  // Weights do not depend on the previous kernel: the ring fills while it finishes.
+  for (int q = 0; q < kStages; ++q) issue();
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
+  // The fused RMSNorm's sums of squares in elementwise.cu's order for rows wider than kWideRow (both
+  // k this build takes): 256 threads (thread t: i = t, t + 256, ...; butterfly; the 8 warps' sums
+  // added in order) — this block's 256 threads, every row at once so that all rows' loads are in
+  // flight together.
+  const int rows = static_cast<int>(p.rows);
+  static_assert(kK > kWideRow && kThreads == 256, "the wide-row order of elementwise.cu's rms_norm");
+  if (p.norm_weight != nullptr) {
+    float s[kGemvMaxRows];
+#pragma unroll
+    for (int r = 0; r < kGemvMaxRows; ++r) s[r] = 0.0f;
+#pragma unroll 4
+    for (int i = static_cast<int>(threadIdx.x); i < kK; i += 256) {
+      float v[kGemvMaxRows];
+#pragma unroll
+      for (int r = 0; r < kGemvMaxRows; ++r) v[r] = r < rows ? p.x[r * kK + i] : 0.0f;
+#pragma unroll
+      for (int r = 0; r < kGemvMaxRows; ++r) s[r] = fmaf(v[r], v[r], s[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kGemvMaxRows; ++r) {
+      for (int o = 16; o > 0; o /= 2) s[r] += __shfl_xor_sync(0xffffffffu, s[r], o);
+      if (lane == 0) norm_sums[r][warp] = s[r];
+    }
+    __syncthreads();
+  }
+  // This warp's B fragments: k-step s of its slice, lane (g, c) = row g's columns 2c, 2c + 1 and
+  // 8 + 2c, 9 + 2c. Loaded 8 k-steps at a time, every load of a batch before its first use (one
+  // k-step at a time they were 32 dependent L2 round trips per lane).
+  uint2 xr[kSliceSteps];
+  {
+    const int g = lane / 4, c = lane % 4, gr = g < rows ? g : 0;
+    const bool norm = p.norm_weight != nullptr;
+    float inv_rms = 1.0f;
+    if (norm) {
+      float total = 0.0f;
+      for (int w = 0; w < kWarps; ++w) total += norm_sums[gr][w];
+      inv_rms = 1.0f / sqrtf(total / static_cast<float>(kK) + p.norm_eps);
+    }
+    constexpr int kBatch = 8;
+#pragma unroll
+    for (int s0 = 0; s0 < kSliceSteps; s0 += kBatch) {
+      float2 a[kBatch], b[kBatch], ga[kBatch], gb[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int k0 = slice0 + 16 * (s0 + u) + 2 * c;
+        a[u] = *reinterpret_cast<const float2*>(p.x + gr * kK + k0);
+        b[u] = *reinterpret_cast<const float2*>(p.x + gr * kK + k0 + 8);
+        if (norm) {
+          ga[u] = *reinterpret_cast<const float2*>(p.norm_weight + k0);
+          gb[u] = *reinterpret_cast<const float2*>(p.norm_weight + k0 + 8);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        float2 x0 = a[u], x1 = b[u];
+        if (norm) {  // the order of gemv.cu's staging: weight · (x · inv_rms)
+          x0 = make_float2(ga[u].x * (x0.x * inv_rms), ga[u].y * (x0.y * inv_rms));
+          x1 = make_float2(gb[u].x * (x1.x * inv_rms), gb[u].y * (x1.y * inv_rms));
+        }
+        xr[s0 + u] = g < rows ? make_uint2(pack_bf16x2(x0.x, x0.y), pack_bf16x2(x1.x, x1.y)) : make_uint2(0, 0);
+      }
+    }
+  }
+
+  // ldmatrix row address of this lane: matrix lane / 8 (rows 0-7 | 8-15 × columns 0-7 | 8-15),
+  // its row lane % 8.
+  const int lrow = lane % 8 + 8 * ((lane / 8) % 2);
+  const uint32_t lane_off = lrow * C::kRowPitch + (lane / 16) * 16;
+  int cslot = 0;
+  uint32_t cphase = 0;
+  for (int i = 0;; ++i) {
+    const int tile = static_cast<int>(blockIdx.x) + i * grid;
+    if (tile >= tiles) break;
+    float acc[kMats][2][4];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) acc[m][h][0] = acc[m][h][1] = acc[m][h][2] = acc[m][h][3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      mbar_wait(bar0 + 8 * cslot, cphase);
+      const uint32_t st = ring_s + cslot * C::kStageBytes + lane_off;
+#pragma unroll
+      for (int ss = 0; ss < C::kStepsPerStage; ++ss) {
+        const uint2 b = xr[j * C::kStepsPerStage + ss];
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          uint4 a;
+          ldmatrix_x4(st + m * kTileRows * C::kRowPitch + ss * 32, a.x, a.y, a.z, a.w);
+          mma_bf16(acc[m][ss % 2], a, b.x, b.y);
+        }
+      }
+      __syncwarp();  // every lane's reads of the stage done: refill it
+      issue();
+      if (++cslot == kStages) cslot = 0, cphase ^= 1;
+    }
+    // The warp's partial tile (m16n8 layout: lane (g, c) holds rows g, g + 8 × columns 2c, 2c + 1).
+    float* mine = red + ((i % 2) * kWarps + warp) * kMats * 128;
+#pragma unroll
+    for (int m = 0; m < kMats; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) mine[m * 128 + lane * 4 + e] = acc[m][0][e] + acc[m][1][e];
+    __syncthreads();  // (the other buffer is the next tile's: one barrier per tile)
+    if (threadIdx.x < 128) {
+      const int t = static_cast<int>(threadIdx.x), l = t / 4, e = t % 4;
+      const int row = l / 4 + 8 * (e / 2), act = 2 * (l % 4) + e % 2;
+      if (act < rows) {
+        const float* all = red + (i % 2) * kWarps * kMats * 128;
+        float sum[kMats];
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          sum[m] = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) sum[m] += all[(w * kMats + m) * 128 + t];
+        }
+        const TileRows tr = tile_rows<kEpi>(p, tile, kK);
+        const int64_t at = static_cast<int64_t>(act) * tr.n + tr.row + row;
+        if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
+          const float g = sum[0];
+          tr.out[at] = g / (1.0f + expf(-g)) * sum[kMats - 1];
+        } else {
+          float y = sum[0];
+          if (tr.bias != nullptr) y += tr.bias[tr.row + row];
+          if (p.residual != nullptr) y = p.residual[at] + y;
+          tr.out[at] = y;
+        }
+      }
+    }
+  }
+}
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, value = 0;
+    NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+    NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    return value;
+  }();
+  return count;
+}
+
+template <int kSliceSteps, GemvEpilogue kEpi>
+void launch(const GemvParams& p, cudaStream_t stream) {
+  using C = Cfg<kSliceSteps, kEpi>;
+  auto* kernel = &gemv_tiles_kernel<kSliceSteps, kEpi>;
+  static std::once_flag raised;  // one per instantiation
+  std::call_once(raised, [&] {
+    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  });
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(std::min(tile_count(p), multiprocessors())));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(C::kSmemBytes);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = p.programmatic_launch ? 1 : 0;
+  NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+}
+
+}  // namespace
+
+bool gemv_tiles_supports(const GemvParams& p) {
+  if (p.rows < kGemvTileMinRows || p.rows > kGemvMaxRows || !gemv_tile_shape(p)) return false;
+  const int64_t smem = p.epilogue == GemvEpilogue::kSwiGlu ? Cfg<32, GemvEpilogue::kSwiGlu>::kSmemBytes
+                                                           : Cfg<32, GemvEpilogue::kStore>::kSmemBytes;
+  return smem <= gemv_max_smem_bytes() && tile_count(p) < (1 << 24);
+}
+
+void launch_gemv_tiles(const GemvParams& p, cudaStream_t stream) {
+  const bool swiglu = p.epilogue == GemvEpilogue::kSwiGlu;
+  if (p.k == 4096) {
+    swiglu ? launch<32, GemvEpilogue::kSwiGlu>(p, stream) : launch<32, GemvEpilogue::kStore>(p, stream);
+  } else {
+    swiglu ? launch<16, GemvEpilogue::kSwiGlu>(p, stream) : launch<16, GemvEpilogue::kStore>(p, stream);
+  }
+}
+
+}  // namespace nibble::cuda::detail
