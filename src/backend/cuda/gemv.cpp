@@ -52,8 +52,7 @@ int gemv_faster_rows(const GemvParams& p) {
   int64_t n = 0;
   for (int s = 0; s < p.num_segments && s < kGemvMaxSegments; ++s) n += p.segments[s].n;
   if (p.k > 8192) return 4;  // down
-  // The LM head: the streaming build falls behind cuBLAS past 4 rows, the tile build does not.
-  if (p.norm_weight != nullptr && n > 8 * p.k) return gemv_tile_shape(p) ? 8 : 4;
+  if (p.norm_weight != nullptr && n > 8 * p.k) return 4;  // the LM head
   return 8;
 }
 

@@ -96,10 +96,10 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream);
 //     22.0 vs 19.2 alone but in the batch-8 step (1K bf16 KV) o and gate/up on cuBLAS 6.060 ms, gate/up
 //     on the GEMV 6.009, both 5.906.
 // (n: the output rows of all segments together.) With the tile build (fifteenth session, same
-// measurement at 4 and 8 rows, L2 flushed): the fused norm + LM head 248.8 / 249.1 us against
-// cuBLAS's 256.3 / 257.6, so where its shape applies (gemv_tile_shape) the LM head stays on the
-// GEMV up to 8 rows; q/k/v 23.7 / 24.4 vs 46.4 / 46.0, gate/up 66.4 / 67.3 vs 81.9 / 82.0, o +
-// residual 17.1 / 17.8 vs 19.2 / 19.4; down (not a tile shape) 44.8 / 54.1 vs 37.8 / 38.3.
+// measurement at 4 and 8 rows, L2 flushed): q/k/v 23.7 / 24.4 us vs 46.4 / 46.0, gate/up 66.4 / 67.3
+// vs 81.9 / 82.0, o + residual 17.1 / 17.8 vs 19.2 / 19.4; down (not a tile shape) 44.8 / 54.1 vs
+// 37.8 / 38.3; the fused norm + LM head 248.8 / 249.1 vs cuBLAS's 256.3 / 257.6 — ~8 us per step
+// at 5-8 rows, left on cuBLAS there until the step confirms it.
 int gemv_faster_rows(const GemvParams& p);
 
 // The shapes the tile build (gemv_tiles.cu) takes from kGemvTileMinRows rows: k 2048 or 4096 and
