@@ -22,14 +22,17 @@
 // gemv.cu) rounded to bf16, products and f32 sums on the tensor cores in a fixed order:
 // deterministic; another order than gemv.cu's, so the two builds agree to f32 rounding, not bits.
 //
-// Measured (H200, 2026-12-01, fifteenth session; scratch chain of the 8B products of 32 layers,
-// PDL, one graph; q/k/v, o and gate/up on this build, down on gemv.cu; us/layer against gemv.cu
-// alone in the same call): 3 rows 128.9 / 132.1, 4 131.1 / 135.6, 5 136.9 / 147.8, 6 137.4 / 148.2,
-// 7 140.8 / 159.7, 8 141.3 / 163.7 (2 rows 122.0 / 114.8: gemv.cu keeps 1 and 2). Before the B
-// fragments were loaded 8 k-steps at a time, each lane's 32 k-steps were 32 dependent L2 round trips
-// (ncu: the o product alone 28.1 us at 25% of DRAM throughput, most stall samples on those loads);
-// before them, x in shared memory and 4 warps per block (one per scheduler): 40-45%. Stages filled
-// by TMA 2D tiles (a tensor map per weight, 128-byte swizzle) measured the same as the bulk copies.
+// Measured (H200, 2026-12-01, fifteenth session). The engine's step (bench_model_decode --modes 9,
+// this build against the streaming GEMV's figures of the same session): batch 8 bf16 1K 5.860 ->
+// 5.094 ms, nvfp4 32K 8.666 -> 7.863; batch 4 bf16 1K 4.994 -> 4.805 (docs/PERFORMANCE.md, fifteenth
+// round). A scratch chain of the 8B products of 32 layers (PDL, one graph; q/k/v, o and gate/up on
+// the tile build, down on gemv.cu; us/layer against gemv.cu alone in the same call), with the
+// stages filled by TMA 2D tiles (a tensor map per weight, 128-byte swizzle), which had measured the
+// same as these bulk copies: 3 rows 128.9 / 132.1, 4 131.1 / 135.6, 5 136.9 / 147.8, 6 137.4 /
+// 148.2, 7 140.8 / 159.7, 8 141.3 / 163.7 (2 rows 122.0 / 114.8: gemv.cu keeps 1 and 2). Before the
+// B fragments were loaded 8 k-steps at a time, each lane's 32 k-steps were 32 dependent L2 round
+// trips (ncu: the o product alone 28.1 us at 25% of DRAM throughput, the stall samples on those
+// loads); before that, x in shared memory and 4 warps per block (one per scheduler): 40-45%.
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
