@@ -31,6 +31,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/gemv_common.cuh"
 #include "quant/bf16.h"
 
 namespace nibble::cuda::detail {
@@ -40,16 +41,14 @@ size_t gemv_smem_bytes(int64_t rows, int64_t k, GemvEpilogue epilogue);
 
 namespace {
 
-constexpr int kWarps = 16;
-constexpr int64_t kWideRow = 1024;  // elementwise.cu's rms_norm: one block per row above this width
-constexpr int kThreads = kWarps * 32;
+using gemv_common::evict_first_policy;
+using gemv_common::kWideRow;
+using gemv_common::mma_bf16;
+using gemv_common::multiprocessors;
+using gemv_common::pack_bf16x2;
 
-// An L2 policy that evicts the lines it is used on first.
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
+constexpr int kWarps = 16;
+constexpr int kThreads = kWarps * 32;
 
 // A 16-byte weight load that skips L1 and is evicted first from L2 (each weight byte is read once).
 __device__ __forceinline__ uint4 load_weights(const uint4* p, uint64_t policy) {
@@ -60,19 +59,6 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p, uint64_t policy) {
   return v;
 }
 
-
-// d += A · B, m16n8k16, bf16 inputs, f32 accumulators (A row-major 16 × 16, B column-major 16 × 8).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  return static_cast<uint32_t>(quant::bf16_from_f32(lo)) | (static_cast<uint32_t>(quant::bf16_from_f32(hi)) << 16);
-}
 
 // The segment of kStore item `item` (the segments' rows end to end in groups of kGroup rows, a
 // segment's last group possibly short), and the item's first row within it.
@@ -493,11 +479,6 @@ int device_attribute(cudaDeviceAttr attribute) {
   NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
   NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
   return value;
-}
-
-int multiprocessors() {
-  static const int count = device_attribute(cudaDevAttrMultiProcessorCount);
-  return count;
 }
 
 template <int kRows, GemvEpilogue kEpi>

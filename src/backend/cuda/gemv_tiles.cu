@@ -39,7 +39,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
-#include "quant/bf16.h"
+#include "backend/cuda/gemv_common.cuh"
 
 namespace nibble::cuda::detail {
 
@@ -47,10 +47,15 @@ int gemv_max_smem_bytes();  // gemv.cu
 
 namespace {
 
+using gemv_common::evict_first_policy;
+using gemv_common::kWideRow;
+using gemv_common::mma_bf16;
+using gemv_common::multiprocessors;
+using gemv_common::pack_bf16x2;
+
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kTileRows = 16;    // W rows per A tile (m16)
-constexpr int64_t kWideRow = 1024;  // elementwise.cu's rms_norm: one block per row above this width
 constexpr int kStages = 3;       // ring stages per warp
 
 template <int kSliceSteps, GemvEpilogue kEpi>
@@ -96,25 +101,10 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& a0, uint32_t& a1, uint32_t& a2, uint32_t& a3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
                : "r"(addr));
-}
-// d += A · B, m16n8k16, bf16 inputs, f32 accumulators.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  return static_cast<uint32_t>(quant::bf16_from_f32(lo)) | (static_cast<uint32_t>(quant::bf16_from_f32(hi)) << 16);
 }
 
 // A tile's rows: W at its first row (gate and up for kSwiGlu), bias, out, the segment's n and the
@@ -287,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
         for (int m = 0; m < kMats; ++m) {
           uint4 a;
           ldmatrix_x4(st + m * kTileRows * C::kRowPitch + ss * 32, a.x, a.y, a.z, a.w);
-          mma_bf16(acc[m][ss % 2], a, b.x, b.y);
+          mma_bf16(acc[m][ss % 2], a.x, a.y, a.z, a.w, b.x, b.y);
         }
       }
       __syncwarp();  // every lane's reads of the stage done: refill it
@@ -329,15 +319,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
   }
 }
 
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, value = 0;
-    NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
-    NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
-    return value;
-  }();
-  return count;
-}
 
 template <int kSliceSteps, GemvEpilogue kEpi>
 void launch(const GemvParams& p, cudaStream_t stream) {
