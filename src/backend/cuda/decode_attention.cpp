@@ -185,17 +185,17 @@ void launch_decode_kernel(const DecodeLaunch& l, cudaStream_t stream) {
   if (kf == ElemFormat::kF32 && vf == ElemFormat::kF32) {
     launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(l.args, l.head_dim, l.max_group, l.grid, stream);
   } else if (kf == ElemFormat::kBF16 && vf == ElemFormat::kBF16) {
-    launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks, l.tc_one_p,
-        l.max_blocks_per_sm, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
+                                                                    l.tc_one_p, l.max_blocks_per_sm, l.grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kFP8) {
-    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks, l.tc_one_p,
-        l.max_blocks_per_sm, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
+                                                                    l.tc_one_p, l.max_blocks_per_sm, l.grid_tc, stream);
   } else if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
-    launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks, l.tc_one_p,
-        l.max_blocks_per_sm, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
+                                                                    l.tc_one_p, l.max_blocks_per_sm, l.grid_tc, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4) {
-    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks, l.tc_one_p,
-        l.max_blocks_per_sm, l.grid_tc, stream);
+    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
+                                                                    l.tc_one_p, l.max_blocks_per_sm, l.grid_tc, stream);
   } else {
     NIBBLE_FAIL("decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",
                 quant::elem_format_name(kf), quant::elem_format_name(vf));
