@@ -98,8 +98,11 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream);
 // (n: the output rows of all segments together.) With the tile build (fifteenth session, same
 // measurement at 4 and 8 rows, L2 flushed): q/k/v 23.7 / 24.4 us vs 46.4 / 46.0, gate/up 66.4 / 67.3
 // vs 81.9 / 82.0, o + residual 17.1 / 17.8 vs 19.2 / 19.4; down (not a tile shape) 44.8 / 54.1 vs
-// 37.8 / 38.3; the fused norm + LM head 248.8 / 249.1 vs cuBLAS's 256.3 / 257.6 — ~8 us per step
-// at 5-8 rows, left on cuBLAS there until the step confirms it.
+// 37.8 / 38.3; the fused norm + LM head 248.8 / 249.1 vs cuBLAS's 256.3 / 257.6 alone. In the step
+// (sixteenth session, H200, bench_model_decode --modes 9 --steps 16, two runs each, ms) the LM head
+// on the tile build at 5-8 rows did not pay: batch 8 bf16 1K 5.111 -> 5.106, 32K 12.52 -> 12.51,
+// nvfp4 1K 5.136 -> 5.201, 32K 7.935 -> 8.015; batch 6 bf16 equal, nvfp4 1K 5.096 -> 5.132, 32K 7.558
+// -> 7.637. So it stays on cuBLAS past 4 rows.
 int gemv_faster_rows(const GemvParams& p);
 
 // The shapes the tile build (gemv_tiles.cu) takes from kGemvTileMinRows rows: k 2048 or 4096 and
