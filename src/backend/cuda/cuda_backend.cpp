@@ -76,6 +76,8 @@ cuda::GemvParams single_gemv(Tensor x, const Matrix& w, const Vector& bias, Tens
 }
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// The k-split GEMV (gemv.h, the down product at 3-8 rows) for outputs up to this wide: 2 MiB.
+constexpr int64_t kGemvSplitMaxN = 16384;
 
 }  // namespace
 
@@ -95,6 +97,13 @@ CudaBackend::CudaBackend(WeightPrecision weights, bool cuda_graphs)
   // picks the same kernels captured and eager.
   NIBBLE_CUDA_CHECK(cudaMalloc(&blas_workspace_, kCublasWorkspaceBytes));
   NIBBLE_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kCublasWorkspaceBytes));
+  const int64_t split_bytes = cuda::gemv_split_workspace_bytes(kGemvSplitMaxN);
+  NIBBLE_CUDA_CHECK(cudaMalloc(&gemv_split_memory_, static_cast<size_t>(split_bytes)));
+  NIBBLE_CUDA_CHECK(cudaMemset(gemv_split_memory_, 0, static_cast<size_t>(split_bytes)));  // the counters
+  gemv_split_ = {.partials = static_cast<float*>(gemv_split_memory_),
+                 .counters = reinterpret_cast<uint32_t*>(static_cast<float*>(gemv_split_memory_) +
+                                                         cuda::kGemvKParts * (kGemvSplitMaxN / 16) * 128),
+                 .max_n = kGemvSplitMaxN};
 }
 
 CudaBackend::~CudaBackend() {
@@ -106,6 +115,7 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (bf16_scratch_ != nullptr) cudaFree(bf16_scratch_);
   if (blas_workspace_ != nullptr) cudaFree(blas_workspace_);
+  if (gemv_split_memory_ != nullptr) cudaFree(gemv_split_memory_);
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -342,6 +352,7 @@ bool CudaBackend::use_gemv(const cuda::GemvParams& p) const {
 
 void CudaBackend::record_gemv(cuda::GemvParams p) {
   p.programmatic_launch = gemv_programmatic_;
+  p.split = gemv_split_;  // fixed for the backend's life: not part of the op's signature
   const cuda::GemvSegment* g = p.segments;
   recorder_.op({15, sig(p.x), sig_i(p.rows), sig_i(p.k), sig(g[0].w), sig(g[0].bias), sig(g[0].out), sig_i(g[0].n),
                 sig(g[1].w), sig(g[1].bias), sig(g[1].out), sig_i(g[1].n), sig(g[2].w), sig(g[2].bias), sig(g[2].out),

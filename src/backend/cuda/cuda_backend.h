@@ -153,6 +153,8 @@ class CudaBackend final : public Backend {
   void* bf16_scratch_ = nullptr;        // [bf16_scratch_elements_] bf16 activations of one matmul (kBF16 only)
   int64_t bf16_scratch_elements_ = 0;
   void* blas_workspace_ = nullptr;      // cuBLAS's workspace (cublasSetWorkspace), fixed for graph capture
+  void* gemv_split_memory_ = nullptr;   // the k-split GEMV's workspace (gemv_split_), fixed likewise
+  cuda::GemvSplitWorkspace gemv_split_;
   bool graphs_enabled_ = true;
   bool small_matmul_ = true;
   bool gemv_everywhere_ = false;

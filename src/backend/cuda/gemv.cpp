@@ -39,7 +39,16 @@ bool gemv_supports(const GemvParams& p) {
   return p.residual == nullptr || p.num_segments == 1;
 }
 
+int64_t gemv_split_workspace_bytes(int64_t max_n) {
+  const int64_t tiles = max_n / 16;
+  return tiles * (kGemvKParts * 128 * int64_t{sizeof(float)} + int64_t{sizeof(uint32_t)});
+}
+
 bool gemv_tile_shape(const GemvParams& p) {
+  if (p.k == kGemvSplitK) {
+    return p.num_segments == 1 && p.epilogue == GemvEpilogue::kStore && p.norm_weight == nullptr &&
+           p.segments[0].n % 16 == 0;
+  }
   if (p.k != 2048 && p.k != 4096) return false;
   const int segments = p.epilogue == GemvEpilogue::kSwiGlu ? 2 : p.num_segments;
   for (int s = 0; s < segments && s < kGemvMaxSegments; ++s) {
@@ -51,7 +60,7 @@ bool gemv_tile_shape(const GemvParams& p) {
 int gemv_faster_rows(const GemvParams& p) {
   int64_t n = 0;
   for (int s = 0; s < p.num_segments && s < kGemvMaxSegments; ++s) n += p.segments[s].n;
-  if (p.k > 8192) return 4;  // down
+  if (p.k > 8192) return gemv_tile_shape(p) ? 8 : 4;  // down
   if (p.norm_weight != nullptr && n > 8 * p.k) return 4;  // the LM head
   return 8;
 }

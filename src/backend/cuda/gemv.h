@@ -42,6 +42,10 @@ inline constexpr int kGemvMaxSegments = 3;
 // multiples of 16 run the tile build (gemv_tiles.cu: W in 16-row tiles as the MMA's A operand,
 // staged through shared memory); the others, and fewer rows, the streaming one (gemv.cu).
 inline constexpr int64_t kGemvTileMinRows = 3;
+// The tile build's k-split shape (the down product, k = 14336): kGemvKParts blocks each sum a
+// quarter of k for the same tile and meet in GemvSplitWorkspace (gemv_tiles.cu).
+inline constexpr int64_t kGemvSplitK = 14336;
+inline constexpr int kGemvKParts = 4;
 
 enum class GemvEpilogue : uint8_t { kStore, kSwiGlu };
 
@@ -51,6 +55,17 @@ struct GemvSegment {
   float* out = nullptr;         // [rows, n] (kSwiGlu: segment 0's only)
   int64_t n = 0;
 };
+
+// Device memory the k-split products need, fixed for graph capture (the CUDA backend owns one):
+// each part's partial tile, and per tile a count of the parts done, zero between launches (the last
+// part to finish a tile resets it).
+struct GemvSplitWorkspace {
+  float* partials = nullptr;     // [kGemvKParts][max_n / 16][128] f32
+  uint32_t* counters = nullptr;  // [max_n / 16], zeros
+  int64_t max_n = 0;             // the most output rows (all segments) a product may have
+};
+// Bytes of a workspace for products of up to max_n outputs (partials, then counters).
+int64_t gemv_split_workspace_bytes(int64_t max_n);
 
 struct GemvParams {
   const float* x = nullptr;  // [rows, k], 16-byte aligned
@@ -71,6 +86,8 @@ struct GemvParams {
   // above), so the result equals rms_norm then gemv bit for bit.
   const float* norm_weight = nullptr;  // [k], 16-byte aligned, or null: no norm
   float norm_eps = 0.0f;
+  // For the tile build's k-split shape (gemv_tile_shape); without it such a product streams (gemv.cu).
+  GemvSplitWorkspace split = {};
 };
 
 // Whether the kernel takes these shapes: rows 1..kGemvMaxRows, k % 8 == 0, bf16(x) fits in one
@@ -90,7 +107,8 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream);
 // engine's step (--batch 4 and 8; CUDA graphs run 1, 2, 4 or 8 rows), 2026-12-01:
 //   k > 8192 (down + residual, k = 14336): 4. Alone 4 rows 44.8 vs 38.4, 8: 54.4 vs 39.2; in the
 //     batch-4 step the GEMV's down was still the faster (4.98 vs 5.05 ms per step with it on cuBLAS:
-//     under PDL the GEMVs overlap each other's boundaries).
+//     under PDL the GEMVs overlap each other's boundaries). Since the sixteenth session the tile
+//     build's k-split takes k = 14336 from 3 rows: 8 for that shape (below).
 //   a fused norm over more than 8k outputs (the LM head): 4. 4 rows 258.6 vs 267.6, 8: 283.7 vs 266.1.
 //   everything else (q/k/v, gate/up + SwiGLU, o + residual): 8. 8 rows: 38.4 vs 45.9, 80.3 vs 82.2,
 //     22.0 vs 19.2 alone but in the batch-8 step (1K bf16 KV) o and gate/up on cuBLAS 6.060 ms, gate/up
@@ -102,11 +120,17 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream);
 // (sixteenth session, H200, bench_model_decode --modes 9 --steps 16, two runs each, ms) the LM head
 // on the tile build at 5-8 rows did not pay: batch 8 bf16 1K 5.111 -> 5.106, 32K 12.52 -> 12.51,
 // nvfp4 1K 5.136 -> 5.201, 32K 7.935 -> 8.015; batch 6 bf16 equal, nvfp4 1K 5.096 -> 5.132, 32K 7.558
-// -> 7.637. So it stays on cuBLAS past 4 rows.
+// -> 7.637. So it stays on cuBLAS past 4 rows. The down product on the tile build's k-split (same
+// session, same measurement): alone 38.3 / 38.7 / 40.7 us at 3 / 4 / 8 rows vs cuBLAS's 39.2 / 39.0 /
+// 39.8; in the step batch 8 1.4% (bf16 1K) to 3.9% (nvfp4 1K) faster than with it on cuBLAS, batch 4
+// 1.5-4.2% faster than with it on the streaming build (gemv_tiles.cu has the figures).
 int gemv_faster_rows(const GemvParams& p);
 
 // The shapes the tile build (gemv_tiles.cu) takes from kGemvTileMinRows rows: k 2048 or 4096 and
-// every segment's n a multiple of 16 (its shared memory, checked at launch, fits sm_90's).
+// every segment's n a multiple of 16 (its shared memory, checked at launch, fits sm_90's); and k =
+// kGemvSplitK split over kGemvKParts blocks per tile: one segment, no fused norm, no SwiGLU (the
+// down product and its residual add). The split shape also needs p.split, for n up to its max_n;
+// without it gemv_bf16 streams the product (gemv.cu).
 bool gemv_tile_shape(const GemvParams& p);
 
 }  // namespace nibble::cuda

@@ -18,9 +18,20 @@
 //   D   f32, even and odd k-steps in two chains. At a tile's end the 8 warps' partial tiles meet in
 //       shared memory (double-buffered, one barrier per tile) and 128 threads add them in warp
 //       order and apply the epilogue (bias, residual, SwiGLU).
+// k-split (kParts = kGemvKParts; the down product, k = kGemvSplitK = 14336, whose B fragments of a
+// whole k would not fit in registers): the grid is kParts groups of SMs / kParts blocks, group q
+// summing columns [q·k/kParts, (q+1)·k/kParts) of every tile; the blocks of the four groups with the
+// same index take the same tiles, store their partial tiles in the backend's workspace
+// (GemvSplitWorkspace) and the last of them to finish adds the parts in part order (split_finish).
+// Measured (H200, 2026-12-01, sixteenth session): the down product + residual alone 38.3 / 38.7 /
+// 40.7 us at 3 / 4 / 8 rows against cuBLAS's 39.2 / 39.0 / 39.8 (the streaming build: 44.8 at 4,
+// 54.1 at 8); in the engine's step (bench_model_decode --modes 9, two runs each, ms) batch 8 bf16 1K
+// 5.115 -> 5.042, 32K 12.524 -> 12.479, nvfp4 1K 5.154 -> 4.951, 32K 7.948 -> 7.860; batch 4 bf16 1K
+// 4.840 -> 4.684, 32K 8.663 -> 8.531, nvfp4 1K 4.955 -> 4.747, 32K 6.575 -> 6.405.
 // Numerics: x (RMS-normalized first when fused, its sums of squares in elementwise.cu's order, as
 // gemv.cu) rounded to bf16, products and f32 sums on the tensor cores in a fixed order:
-// deterministic; another order than gemv.cu's, so the two builds agree to f32 rounding, not bits.
+// deterministic (the k-split's parts too); another order than gemv.cu's, so the two builds agree to
+// f32 rounding, not bits.
 //
 // Measured (H200, 2026-12-01, fifteenth session). The engine's step (bench_model_decode --modes 9;
 // batch 8 against the streaming GEMV's run earlier that session, batch 4 against the fourteenth
@@ -58,11 +69,17 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kTileRows = 16;    // W rows per A tile (m16)
 constexpr int kStages = 3;       // ring stages per warp
 
-template <int kSliceSteps, GemvEpilogue kEpi>
+// kParts > 1: the k-split build (the down product): k = kParts · kK, part q's blocks sum columns
+// [q·kK, (q+1)·kK) of every tile they take.
+template <int kSliceSteps, GemvEpilogue kEpi, int kParts = 1>
 struct Cfg {
-  static constexpr int kK = kSliceSteps * 16 * kWarps;                 // the k this instance takes
+  static constexpr int kK = kSliceSteps * 16 * kWarps;                 // the k of one block's sums
+  static constexpr int kLd = kK * kParts;                              // the product's k (row stride)
   static constexpr int kMats = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // A tiles per k-step (gate, up)
-  static constexpr int kStageK = kMats == 2 ? 128 : 256;              // columns per stage
+  static constexpr int kSlice = kSliceSteps * 16;                      // one warp's columns
+  // Columns per stage: 256 (128 for gate and up), or half a slice that is no multiple of 256 (the
+  // split build's 448: 224, rows 464 bytes apart, still on distinct banks for ldmatrix).
+  static constexpr int kStageK = kMats == 2 ? 128 : (kSlice % 256 == 0 ? 256 : kSlice / 2);
   static constexpr int kStepsPerStage = kStageK / 16;
   static constexpr int kRowPitch = kStageK * 2 + 16;
   static constexpr int kStagesPerTile = kSliceSteps * 16 / kStageK;
@@ -71,6 +88,8 @@ struct Cfg {
   static constexpr int kRedBytes = 2 * kWarps * kMats * 128 * 4;  // two tiles' partials
   static constexpr int kSmemBytes = kRingBytes + kRedBytes + kWarps * kStages * 8;
   static_assert(kStagesPerTile >= 1 && kStagesPerTile * kStageK == kSliceSteps * 16, "whole stages per slice");
+  static_assert(kStageK % 16 == 0 && (kRowPitch / 16) % 2 == 1, "ldmatrix rows on distinct banks");
+  static_assert(kParts == 1 || kEpi == GemvEpilogue::kStore, "the k-split build stores (bias, residual)");
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -138,22 +157,85 @@ __host__ __device__ int tile_count(const GemvParams& p) {
   return static_cast<int>(t);
 }
 
+// The k-split build (kParts > 1). The kParts blocks with the same `first` (one per part) take the
+// same tiles. At each tile's end threads 0-127 store the block's partial tile (its sum over the
+// warps) to the workspace; after the last tile the block counts itself done on its group's
+// counter, and the group's last block adds the parts of every tile in part order (deterministic:
+// the order never depends on which block finishes last), then bias and residual, writes the
+// outputs and resets the counter. (A count per tile, fenced at each tile's end, held warps 0-3 at
+// every tile: the down product alone 46-48 us at 3-8 rows against cuBLAS's 35-39.)
+__device__ __forceinline__ void split_store_partial(const GemvParams& p, const float* red, int tile, int part) {
+  const int t = static_cast<int>(threadIdx.x);
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) sum += red[w * 128 + t];
+  const int64_t max_tiles = p.split.max_n / kTileRows;
+  p.split.partials[(part * max_tiles + tile) * 128 + t] = sum;
+}
+template <int kParts>
+__device__ __forceinline__ void split_finish(const GemvParams& p, int first, int grid, int tiles, int rows,
+                                             int& last_part) {
+  __threadfence();
+  __syncthreads();  // every partial of this block stored and fenced before the count
+  if (threadIdx.x == 0) last_part = atomicAdd(p.split.counters + first, 1u) == kParts - 1;
+  __syncthreads();
+  if (!last_part) return;
+  __threadfence();
+  const int64_t max_tiles = p.split.max_n / kTileRows;
+  const int t = static_cast<int>(threadIdx.x) % 128, l = t / 4, e = t % 4;
+  const int row = l / 4 + 8 * (e / 2), act = 2 * (l % 4) + e % 2;
+  const GemvSegment& s = p.segments[0];
+  // Threads 0-127 take the group's even tiles, 128-255 its odd ones, 4 tiles' loads in flight.
+  constexpr int kBatch = 4;
+  for (int tile0 = first + (static_cast<int>(threadIdx.x) / 128) * grid; tile0 < tiles; tile0 += 2 * kBatch * grid) {
+    float y[kBatch], r[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int tile = tile0 + 2 * b * grid;
+      y[b] = 0.0f;
+      r[b] = 0.0f;
+      if (tile < tiles && act < rows) {
+        float part_sum[kParts];
+#pragma unroll
+        for (int q = 0; q < kParts; ++q) part_sum[q] = __ldcg(p.split.partials + (q * max_tiles + tile) * 128 + t);
+#pragma unroll
+        for (int q = 0; q < kParts; ++q) y[b] += part_sum[q];
+        if (s.bias != nullptr) y[b] += s.bias[tile * kTileRows + row];
+        if (p.residual != nullptr) r[b] = p.residual[static_cast<int64_t>(act) * s.n + tile * kTileRows + row];
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int tile = tile0 + 2 * b * grid;
+      if (tile < tiles && act < rows) {
+        s.out[static_cast<int64_t>(act) * s.n + tile * kTileRows + row] = p.residual != nullptr ? r[b] + y[b] : y[b];
+      }
+    }
+  }
+  if (threadIdx.x == 0) p.split.counters[first] = 0;  // for the next launch (ordered after this grid ends)
+}
+
 // Shared memory: rings [warps][kStages][stage] | partial tiles [2][warps][mats][128] f32 | mbarriers.
-template <int kSliceSteps, GemvEpilogue kEpi>
+// Grid: kParts groups of gridDim.x / kParts blocks; group q sums columns [q·kK, (q+1)·kK) of tiles
+// first, first + per_part, ... (kParts = 1: every block all of k).
+template <int kSliceSteps, GemvEpilogue kEpi, int kParts>
 __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParams p) {
-  using C = Cfg<kSliceSteps, kEpi>;
-  constexpr int kK = C::kK, kMats = C::kMats, kStageK = C::kStageK, kPer = C::kStagesPerTile;
+  using C = Cfg<kSliceSteps, kEpi, kParts>;
+  constexpr int kK = C::kK, kLd = C::kLd, kMats = C::kMats, kStageK = C::kStageK, kPer = C::kStagesPerTile;
   constexpr int kSlice = kSliceSteps * 16;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* rings = smem;
   float* red = reinterpret_cast<float*>(rings + C::kRingBytes);
   uint64_t* bars = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(red) + C::kRedBytes);
   __shared__ float norm_sums[kGemvMaxRows][8];
+  __shared__ int last_part;  // kParts > 1: whether this block finished the current tile's last part
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles = tile_count(p);
-  const int grid = static_cast<int>(gridDim.x);
-  const int slice0 = warp * kSlice;
+  const int grid = static_cast<int>(gridDim.x) / kParts;  // blocks per part: the tile stride
+  const int part = static_cast<int>(blockIdx.x) / grid;
+  const int first = static_cast<int>(blockIdx.x) - part * grid;
+  const int slice0 = part * kK + warp * kSlice;  // this warp's first column
   const uint32_t ring_s = smem_addr(rings + warp * kStages * C::kStageBytes);
   const uint32_t bar0 = smem_addr(bars + warp * kStages);
   const uint64_t policy = evict_first_policy();
@@ -168,16 +250,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
   __syncwarp();
 
   // Copy cursor: the warp's next stage to fill (stage j of tile `it`) and its ring slot.
-  int it = static_cast<int>(blockIdx.x), ij = 0, islot = 0;
+  int it = first, ij = 0, islot = 0;
   auto issue = [&] {
     if (it < tiles) {
       const uint32_t bar = bar0 + 8 * islot;
       if (lane == 0) mbar_expect_tx(bar, kMats * kTileRows * kStageK * 2);
       __syncwarp();
       if (lane < kMats * kTileRows) {
-        const TileRows t = tile_rows<kEpi>(p, it, kK);
+        const TileRows t = tile_rows<kEpi>(p, it, kLd);
         const int m = lane / kTileRows, r = lane % kTileRows;
-        const uint16_t* src = (m == 0 ? t.w0 : t.w1) + r * kK + slice0 + ij * kStageK;
+        const uint16_t* src = (m == 0 ? t.w0 : t.w1) + r * kLd + slice0 + ij * kStageK;
         bulk_copy(ring_s + islot * C::kStageBytes + (m * kTileRows + r) * C::kRowPitch, src, kStageK * 2, bar, policy);
       }
     }
@@ -194,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
   // flight together.
   const int rows = static_cast<int>(p.rows);
   static_assert(kK > kWideRow && kThreads == 256, "the wide-row order of elementwise.cu's rms_norm");
-  if (p.norm_weight != nullptr) {
+  if (kParts == 1 && p.norm_weight != nullptr) {  // (no fused norm with a k-split: gemv_tile_shape)
     float s[kGemvMaxRows];
 #pragma unroll
     for (int r = 0; r < kGemvMaxRows; ++r) s[r] = 0.0f;
@@ -219,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
   uint2 xr[kSliceSteps];
   {
     const int g = lane / 4, c = lane % 4, gr = g < rows ? g : 0;
-    const bool norm = p.norm_weight != nullptr;
+    const bool norm = kParts == 1 && p.norm_weight != nullptr;
     float inv_rms = 1.0f;
     if (norm) {
       float total = 0.0f;
@@ -232,9 +314,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
       float2 a[kBatch], b[kBatch], ga[kBatch], gb[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
+        if (s0 + u >= kSliceSteps) break;  // (the split build's 28 k-steps: a last batch of 4)
         const int k0 = slice0 + 16 * (s0 + u) + 2 * c;
-        a[u] = *reinterpret_cast<const float2*>(p.x + gr * kK + k0);
-        b[u] = *reinterpret_cast<const float2*>(p.x + gr * kK + k0 + 8);
+        a[u] = *reinterpret_cast<const float2*>(p.x + gr * kLd + k0);
+        b[u] = *reinterpret_cast<const float2*>(p.x + gr * kLd + k0 + 8);
         if (norm) {
           ga[u] = *reinterpret_cast<const float2*>(p.norm_weight + k0);
           gb[u] = *reinterpret_cast<const float2*>(p.norm_weight + k0 + 8);
@@ -242,6 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
+        if (s0 + u >= kSliceSteps) break;
         float2 x0 = a[u], x1 = b[u];
         if (norm) {  // the order of gemv.cu's staging: weight · (x · inv_rms)
           x0 = make_float2(ga[u].x * (x0.x * inv_rms), ga[u].y * (x0.y * inv_rms));
@@ -259,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
   int cslot = 0;
   uint32_t cphase = 0;
   for (int i = 0;; ++i) {
-    const int tile = static_cast<int>(blockIdx.x) + i * grid;
+    const int tile = first + i * grid;
     if (tile >= tiles) break;
     float acc[kMats][2][4];
 #pragma unroll
@@ -291,6 +375,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
 #pragma unroll
       for (int e = 0; e < 4; ++e) mine[m * 128 + lane * 4 + e] = acc[m][0][e] + acc[m][1][e];
     __syncthreads();  // (the other buffer is the next tile's: one barrier per tile)
+    if constexpr (kParts > 1) {
+      if (threadIdx.x < 128) split_store_partial(p, red + (i % 2) * kWarps * 128, tile, part);
+      continue;
+    }
     if (threadIdx.x < 128) {
       const int t = static_cast<int>(threadIdx.x), l = t / 4, e = t % 4;
       const int row = l / 4 + 8 * (e / 2), act = 2 * (l % 4) + e % 2;
@@ -303,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
 #pragma unroll
           for (int w = 0; w < kWarps; ++w) sum[m] += all[(w * kMats + m) * 128 + t];
         }
-        const TileRows tr = tile_rows<kEpi>(p, tile, kK);
+        const TileRows tr = tile_rows<kEpi>(p, tile, kLd);
         const int64_t at = static_cast<int64_t>(act) * tr.n + tr.row + row;
         if constexpr (kEpi == GemvEpilogue::kSwiGlu) {
           const float g = sum[0];
@@ -317,19 +405,22 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
       }
     }
   }
+  if constexpr (kParts > 1) split_finish<kParts>(p, first, grid, tiles, rows, last_part);
 }
 
 
-template <int kSliceSteps, GemvEpilogue kEpi>
+template <int kSliceSteps, GemvEpilogue kEpi, int kParts = 1>
 void launch(const GemvParams& p, cudaStream_t stream) {
-  using C = Cfg<kSliceSteps, kEpi>;
-  auto* kernel = &gemv_tiles_kernel<kSliceSteps, kEpi>;
+  using C = Cfg<kSliceSteps, kEpi, kParts>;
+  static_assert(kParts == 1 || C::kLd == kGemvSplitK, "the split shape");
+  auto* kernel = &gemv_tiles_kernel<kSliceSteps, kEpi, kParts>;
   static std::once_flag raised;  // one per instantiation
   std::call_once(raised, [&] {
     NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   });
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(std::min(tile_count(p), multiprocessors())));
+  const int per_part = std::max(1, std::min(tile_count(p), multiprocessors() / kParts));
+  config.gridDim = dim3(static_cast<unsigned>(per_part * kParts));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = static_cast<size_t>(C::kSmemBytes);
   config.stream = stream;
@@ -343,16 +434,25 @@ void launch(const GemvParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+using SplitCfg = Cfg<kGemvSplitK / (16 * kWarps * kGemvKParts), GemvEpilogue::kStore, kGemvKParts>;
+
 bool gemv_tiles_supports(const GemvParams& p) {
   if (p.rows < kGemvTileMinRows || p.rows > kGemvMaxRows || !gemv_tile_shape(p)) return false;
-  const int64_t smem = p.epilogue == GemvEpilogue::kSwiGlu ? Cfg<32, GemvEpilogue::kSwiGlu>::kSmemBytes
-                                                           : Cfg<32, GemvEpilogue::kStore>::kSmemBytes;
+  if (p.k == kGemvSplitK &&
+      (p.split.partials == nullptr || p.split.counters == nullptr || p.segments[0].n > p.split.max_n)) {
+    return false;
+  }
+  const int64_t smem = p.k == kGemvSplitK                     ? SplitCfg::kSmemBytes
+                       : p.epilogue == GemvEpilogue::kSwiGlu ? Cfg<32, GemvEpilogue::kSwiGlu>::kSmemBytes
+                                                             : Cfg<32, GemvEpilogue::kStore>::kSmemBytes;
   return smem <= gemv_max_smem_bytes() && tile_count(p) < (1 << 24);
 }
 
 void launch_gemv_tiles(const GemvParams& p, cudaStream_t stream) {
   const bool swiglu = p.epilogue == GemvEpilogue::kSwiGlu;
-  if (p.k == 4096) {
+  if (p.k == kGemvSplitK) {
+    launch<kGemvSplitK / (16 * kWarps * kGemvKParts), GemvEpilogue::kStore, kGemvKParts>(p, stream);
+  } else if (p.k == 4096) {
     swiglu ? launch<32, GemvEpilogue::kSwiGlu>(p, stream) : launch<32, GemvEpilogue::kStore>(p, stream);
   } else {
     swiglu ? launch<16, GemvEpilogue::kSwiGlu>(p, stream) : launch<16, GemvEpilogue::kStore>(p, stream);
