@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/decode_attention_tc.cuh"
 #include "backend/cuda/decode_plan.h"  // kDecodeMemoryBoundBlocksPerSm
@@ -64,17 +65,8 @@ void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm,
   // Programmatic dependent launch: the blocks may be scheduled while the previous kernel of the
   // stream drains; they read the plan and page tables, then wait (griddepcontrol.wait) for that
   // kernel's results before reading q or the pages.
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kTcThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+  launch_kernel(kernel, {.grid = grid, .block = dim3(kTcThreads), .smem_bytes = static_cast<size_t>(smem)}, stream,
+                /*programmatic=*/true, args);
 }
 
 // The build with p as one f16 where V is nvfp4 and the caller allows it, else the exact one.

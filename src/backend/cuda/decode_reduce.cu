@@ -1,5 +1,6 @@
 // The split-KV merge of decode attention (launched by decode_attention.cpp).
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.h"
 #include "backend/cuda/decode_attention.cuh"
 
 namespace nibble::cuda::detail {
@@ -269,23 +270,16 @@ void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_d
     throw_unsupported("decode reduce", "head_dim", "64, 128, 256", head_dim);
   }
   const bool few = max_items <= kFewItems || (max_items <= kFewItemsWide && head_dim <= 128);
-  cudaLaunchConfig_t config = {};
   const int head_blocks = few ? (args.num_q_heads + kReduceWarps - 1) / kReduceWarps : args.num_q_heads;
-  config.gridDim = dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(head_blocks));
-  config.blockDim = dim3(kReduceThreads);
-  config.dynamicSmemBytes = (kReduceWarps * head_dim + 2 * kReduceWarps) * sizeof(float);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = programmatic ? 1 : 0;
+  const LaunchShape shape{.grid = dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(head_blocks)),
+                          .block = dim3(kReduceThreads),
+                          .smem_bytes = (kReduceWarps * head_dim + 2 * kReduceWarps) * sizeof(float)};
   if (max_items <= kFewItems) {
-    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_few_kernel<kFewItems, 2>, args, head_dim));
+    launch_kernel(decode_reduce_few_kernel<kFewItems, 2>, shape, stream, programmatic, args, head_dim);
   } else if (few) {
-    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_few_kernel<kFewItemsWide, 1>, args, head_dim));
+    launch_kernel(decode_reduce_few_kernel<kFewItemsWide, 1>, shape, stream, programmatic, args, head_dim);
   } else {
-    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_reduce_kernel, args, head_dim));
+    launch_kernel(decode_reduce_kernel, shape, stream, programmatic, args, head_dim);
   }
 }
 

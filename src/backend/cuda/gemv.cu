@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_common.cuh"
 #include "quant/bf16.h"
@@ -487,17 +488,9 @@ void launch(const GemvParams& p, cudaStream_t stream) {
   const int64_t items = gemv_items(p, Config<kRows, kEpi>::kGroup);
   const int64_t resident = static_cast<int64_t>(multiprocessors()) * blocks_per_sm<kRows, kEpi>(smem);
   const int64_t blocks = std::min<int64_t>(resident, (items + kWarps - 1) / kWarps);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = p.programmatic_launch ? 1 : 0;
-  NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kRows, kEpi>, p));
+  launch_kernel(gemv_kernel<kRows, kEpi>,
+                {.grid = dim3(static_cast<unsigned>(blocks)), .block = dim3(kThreads), .smem_bytes = smem}, stream,
+                p.programmatic_launch, p);
 }
 
 template <GemvEpilogue kEpi>

@@ -28,6 +28,9 @@
 // 54.1 at 8); in the engine's step (bench_model_decode --modes 9, two runs each, ms) batch 8 bf16 1K
 // 5.115 -> 5.042, 32K 12.524 -> 12.479, nvfp4 1K 5.154 -> 4.951, 32K 7.948 -> 7.860; batch 4 bf16 1K
 // 4.840 -> 4.684, 32K 8.663 -> 8.531, nvfp4 1K 4.955 -> 4.747, 32K 6.575 -> 6.405.
+// Tried there and not kept: the prologue's loads in larger batches (the norm's sums of squares 64
+// loads per thread at a time instead of 32, the B fragments 16 k-steps instead of 8; 186 registers
+// at k = 4096): batch 4 0.4-1.1% faster, batch 8 -0.2% to +1.2% (nvfp4 1K the slower one).
 // Numerics: x (RMS-normalized first when fused, its sums of squares in elementwise.cu's order, as
 // gemv.cu) rounded to bf16, products and f32 sums on the tensor cores in a fixed order:
 // deterministic (the k-split's parts too); another order than gemv.cu's, so the two builds agree to
@@ -49,6 +52,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_common.cuh"
 
@@ -418,18 +422,11 @@ void launch(const GemvParams& p, cudaStream_t stream) {
   std::call_once(raised, [&] {
     NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   });
-  cudaLaunchConfig_t config = {};
   const int per_part = std::max(1, std::min(tile_count(p), multiprocessors() / kParts));
-  config.gridDim = dim3(static_cast<unsigned>(per_part * kParts));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(C::kSmemBytes);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = p.programmatic_launch ? 1 : 0;
-  NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+  launch_kernel(kernel,
+                {.grid = dim3(static_cast<unsigned>(per_part * kParts)), .block = dim3(kThreads),
+                 .smem_bytes = static_cast<size_t>(C::kSmemBytes)},
+                stream, p.programmatic_launch, p);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The write-path kernel launch (validation: kv_write.cpp). This file is compiled with
 // --fmad=false (CMakeLists.txt): the quantizers must round exactly as the CPU reference does, and a
 // contracted multiply-add would skip a rounding step.
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.h"
 #include "backend/cuda/kv_write.cuh"
 
 namespace nibble::cuda::detail {
@@ -15,21 +15,13 @@ void launch(const KvWriteParams& p, cudaStream_t stream) {
   const int64_t kv_blocks = (p.num_tokens * p.k_layout.kv_heads + kVectorsPerBlock - 1) / kVectorsPerBlock;
   const int64_t q_blocks = rope ? (p.num_tokens * p.q_heads + kVectorsPerBlock - 1) / kVectorsPerBlock : 0;
   const int64_t blocks = kv_blocks + q_blocks;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kKvWriteWarps * 32);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = p.programmatic_launch ? 1 : 0;
+  const LaunchShape shape{.grid = dim3(static_cast<unsigned>(blocks)), .block = dim3(kKvWriteWarps * 32)};
   if (p.input_dtype == ActivationDtype::kF32) {
-    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kv_write_kernel<kHeadDim, ActivationDtype::kF32, KF, VF, R>, p,
-                                       static_cast<int>(kv_blocks), static_cast<int>(q_blocks)));
+    launch_kernel(kv_write_kernel<kHeadDim, ActivationDtype::kF32, KF, VF, R>, shape, stream, p.programmatic_launch, p,
+                  static_cast<int>(kv_blocks), static_cast<int>(q_blocks));
   } else {
-    NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kv_write_kernel<kHeadDim, ActivationDtype::kBF16, KF, VF, R>, p,
-                                       static_cast<int>(kv_blocks), static_cast<int>(q_blocks)));
+    launch_kernel(kv_write_kernel<kHeadDim, ActivationDtype::kBF16, KF, VF, R>, shape, stream, p.programmatic_launch,
+                  p, static_cast<int>(kv_blocks), static_cast<int>(q_blocks));
   }
 }
 
