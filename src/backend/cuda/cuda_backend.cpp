@@ -76,8 +76,7 @@ cuda::GemvParams single_gemv(Tensor x, const Matrix& w, const Vector& bias, Tens
 }
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-// The k-split GEMV (gemv.h, the down product at 3-8 rows) for outputs up to this wide: 2 MiB.
-constexpr int64_t kGemvSplitMaxN = 16384;
+
 
 }  // namespace
 
@@ -97,13 +96,14 @@ CudaBackend::CudaBackend(WeightPrecision weights, bool cuda_graphs)
   // picks the same kernels captured and eager.
   NIBBLE_CUDA_CHECK(cudaMalloc(&blas_workspace_, kCublasWorkspaceBytes));
   NIBBLE_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kCublasWorkspaceBytes));
-  const int64_t split_bytes = cuda::gemv_split_workspace_bytes(kGemvSplitMaxN);
+  // The k-split GEMV's (gemv.h: the down product at 3-8 rows), for every width it takes: 2 MiB.
+  const int64_t split_bytes = cuda::gemv_split_workspace_bytes(cuda::kGemvSplitMaxN);
   NIBBLE_CUDA_CHECK(cudaMalloc(&gemv_split_memory_, static_cast<size_t>(split_bytes)));
   NIBBLE_CUDA_CHECK(cudaMemset(gemv_split_memory_, 0, static_cast<size_t>(split_bytes)));  // the counters
   gemv_split_ = {.partials = static_cast<float*>(gemv_split_memory_),
                  .counters = reinterpret_cast<uint32_t*>(static_cast<float*>(gemv_split_memory_) +
-                                                         cuda::kGemvKParts * (kGemvSplitMaxN / 16) * 128),
-                 .max_n = kGemvSplitMaxN};
+                                                         cuda::kGemvKParts * (cuda::kGemvSplitMaxN / 16) * 128),
+                 .max_n = cuda::kGemvSplitMaxN};
 }
 
 CudaBackend::~CudaBackend() {

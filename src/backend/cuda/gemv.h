@@ -46,6 +46,7 @@ inline constexpr int64_t kGemvTileMinRows = 3;
 // quarter of k for the same tile and meet in GemvSplitWorkspace (gemv_tiles.cu).
 inline constexpr int64_t kGemvSplitK = 14336;
 inline constexpr int kGemvKParts = 4;
+inline constexpr int64_t kGemvSplitMaxN = 16384;  // the widest output the split shape takes
 
 enum class GemvEpilogue : uint8_t { kStore, kSwiGlu };
 
@@ -128,9 +129,9 @@ int gemv_faster_rows(const GemvParams& p);
 
 // The shapes the tile build (gemv_tiles.cu) takes from kGemvTileMinRows rows: k 2048 or 4096 and
 // every segment's n a multiple of 16 (its shared memory, checked at launch, fits sm_90's); and k =
-// kGemvSplitK split over kGemvKParts blocks per tile: one segment, no fused norm, no SwiGLU (the
-// down product and its residual add). The split shape also needs p.split, for n up to its max_n;
-// without it gemv_bf16 streams the product (gemv.cu).
+// kGemvSplitK split over kGemvKParts blocks per tile: one segment of n <= kGemvSplitMaxN, no fused
+// norm, no SwiGLU (the down product and its residual add). The split shape also needs p.split, for
+// n up to its max_n; without it gemv_bf16 streams the product (gemv.cu).
 bool gemv_tile_shape(const GemvParams& p);
 
 }  // namespace nibble::cuda

@@ -490,6 +490,7 @@ TEST(GemvRouting, FasterRowsFollowTheMeasuredCrossovers) {
   EXPECT_TRUE(cuda::gemv_tile_shape(params(inter, {h}, false)));    // the k-split build
   EXPECT_FALSE(cuda::gemv_tile_shape(params(inter, {h}, true)));    // ... takes no fused norm
   EXPECT_FALSE(cuda::gemv_tile_shape(params(inter, {h, h}, false)));  // ... nor several segments
+  EXPECT_FALSE(cuda::gemv_tile_shape(params(inter, {cuda::kGemvSplitMaxN + 16}, false)));  // ... nor wider outputs
   EXPECT_FALSE(cuda::gemv_tile_shape(params(8192, {h}, false)));
   EXPECT_FALSE(cuda::gemv_tile_shape(params(h, {h, 1024, 1000}, true)));
 }
