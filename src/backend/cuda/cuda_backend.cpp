@@ -99,7 +99,8 @@ CudaBackend::CudaBackend(WeightPrecision weights, bool cuda_graphs)
   // The k-split GEMV's (gemv.h: the down product at 3-8 rows), for every width it takes: 2 MiB.
   const int64_t split_bytes = cuda::gemv_split_workspace_bytes(cuda::kGemvSplitMaxN);
   NIBBLE_CUDA_CHECK(cudaMalloc(&gemv_split_memory_, static_cast<size_t>(split_bytes)));
-  NIBBLE_CUDA_CHECK(cudaMemset(gemv_split_memory_, 0, static_cast<size_t>(split_bytes)));  // the counters
+  // The counters start at zero; on stream_ (non-blocking: no order with the legacy stream's work).
+  NIBBLE_CUDA_CHECK(cudaMemsetAsync(gemv_split_memory_, 0, static_cast<size_t>(split_bytes), stream_));
   gemv_split_ = {.partials = static_cast<float*>(gemv_split_memory_),
                  .counters = reinterpret_cast<uint32_t*>(static_cast<float*>(gemv_split_memory_) +
                                                          cuda::kGemvKParts * (cuda::kGemvSplitMaxN / 16) * 128),
