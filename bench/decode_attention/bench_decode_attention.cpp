@@ -6,14 +6,15 @@
 //   bench_decode_attention [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,...]
 //                          [--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]
 //                          [--timing graph|eager|both] [--chunks C1,C2,...] [--page-size N]
-//                          [--write-shapes TOKENS:G,...]
+//                          [--head-dim 64|128|256] [--kv-heads N] [--write-shapes TOKENS:G,...]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
 // skip the write path / the decode table; --nvfp4-rule picks the write path's nvfp4 block-scale rule
 // (4over6: a second candidate scale and both block errors per block, docs/kv_layout.md);
 // --page-size sets the tokens per KV page (default 16, the engine's: every 16-token chunk the decode
-// kernel copies is then a page of its own); --write-shapes times the write path only at the listed
+// kernel copies is then a page of its own); --head-dim and --kv-heads the attention's shape (default
+// 128 and 8, Llama-3-8B's; the GQA group of --shapes multiplies the KV heads); --write-shapes times the write path only at the listed
 // (tokens, global scale g) pairs instead of 256:1, 4096:1, 65536:1, 65536:0.37 (e.g. one case to
 // profile: every kv_write launch of the run is then that case).
 //
@@ -93,11 +94,13 @@ namespace {
 using namespace nibble;
 using quant::KvDtype;
 
-constexpr int kHeadDim = 128;
+// The attention's shape (--head-dim, --kv-heads): Llama-3-8B's unless given (e.g. Qwen3-Next's full
+// attention layers: head_dim 256, 2 KV heads).
+int g_head_dim = 128;
+int g_kv_heads = 8;
 // Tokens per KV page (--page-size): the engine's default unless given (EngineOptions::page_size,
 // `nibble serve --page-size`). The rounds of docs/PERFORMANCE.md before the seventh used 64.
 int64_t g_page_size = 16;
-constexpr int kKvHeads = 8;
 
 struct Device {
   int sms = 0;
@@ -220,7 +223,7 @@ struct DecodeCase {
     b[kPool] = copies * copy_bytes;
     b[kTables] = copies * batch * pages_per_seq * 4;
     b[kPlan] = plan.packed_size() * 4;
-    b[kPartialOut] = cuda::decode_partial_out_floats(plan, num_q_heads, kHeadDim) * 4;
+    b[kPartialOut] = cuda::decode_partial_out_floats(plan, num_q_heads, g_head_dim) * 4;
     b[kPartialLse] = static_cast<int64_t>(plan.num_work) * num_q_heads * 4;
     b[kQ] = b[kOut] = q_elems * 4;
     return b;
@@ -236,7 +239,7 @@ struct DecodeCase {
 // the split plan uses items of that many tokens (DecodePlanInputs::force_chunk_tokens).
 std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, const Shape& shape,
                                            int64_t force_chunk = 0) {
-  DecodeCase c{.layout = cache::PageLayout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype,
+  DecodeCase c{.layout = cache::PageLayout({.num_layers = 1, .kv_heads = g_kv_heads, .head_dim = g_head_dim}, dtype,
                                            g_page_size)};
   c.pages_per_seq = (shape.ctx + g_page_size - 1) / g_page_size;
   c.pages_per_copy = c.pages_per_seq * shape.batch;
@@ -245,14 +248,14 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
   if (c.copy_bytes > budget) return std::nullopt;
   c.copies = static_cast<int>(std::clamp<int64_t>((4 * dev.l2_bytes + c.copy_bytes - 1) / c.copy_bytes, 1,
                                                   std::min<int64_t>(64, budget / c.copy_bytes)));
-  c.num_q_heads = static_cast<int64_t>(kKvHeads) * shape.group;
-  c.q_elems = shape.batch * c.num_q_heads * kHeadDim;
+  c.num_q_heads = static_cast<int64_t>(g_kv_heads) * shape.group;
+  c.q_elems = shape.batch * c.num_q_heads * g_head_dim;
   const std::vector<int32_t> lens(shape.batch, static_cast<int32_t>(shape.ctx));
   c.plan = cuda::plan_decode_splits(
-      {.seq_lens = lens, .num_kv_heads = kKvHeads, .group_chunks = cuda::decode_group_chunks(c.num_q_heads, kKvHeads),
+      {.seq_lens = lens, .num_kv_heads = g_kv_heads, .group_chunks = cuda::decode_group_chunks(c.num_q_heads, g_kv_heads),
        .num_sms = dev.sms,
-       .blocks_per_sm = cuda::decode_blocks_per_sm(c.layout.k(0).format, c.layout.v(0).format, kHeadDim),
-       .item_granule_multiple = cuda::decode_item_granules(c.layout.k(0).format, c.layout.v(0).format, kHeadDim),
+       .blocks_per_sm = cuda::decode_blocks_per_sm(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
+       .item_granule_multiple = cuda::decode_item_granules(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
        .force_chunk_tokens = force_chunk});
   return c;
 }
@@ -286,7 +289,7 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
                                      .num_q_heads = c.num_q_heads,
                                      .max_pages_per_seq = c.pages_per_seq, .page_bytes = c.layout.page_bytes(),
                                      .k_layout = c.layout.k(0), .v_layout = c.layout.v(0),
-                                     .softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim))};
+                                     .softmax_scale = 1.0f / std::sqrt(static_cast<float>(g_head_dim))};
   auto call = [&](int copy, cudaStream_t stream) {
     params.page_tables = d_tables + copy * batch * c.pages_per_seq;
     if (tc_steps == 0) {
@@ -317,11 +320,11 @@ struct WriteShape {
 
 // Bytes per arena region of the write path for `tokens` tokens in `dtype`.
 std::vector<int64_t> write_region_bytes(KvDtype dtype, int64_t tokens) {
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, g_page_size);
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = g_kv_heads, .head_dim = g_head_dim}, dtype, g_page_size);
   const int64_t pages = (tokens + g_page_size - 1) / g_page_size;
   std::vector<int64_t> b(kNumRegions, 0);
   b[kPool] = pages * layout.page_bytes();
-  b[kWriteK] = b[kWriteV] = tokens * kKvHeads * kHeadDim * 4;
+  b[kWriteK] = b[kWriteV] = tokens * g_kv_heads * g_head_dim * 4;
   b[kWritePositions] = b[kWriteSeqs] = tokens * 4;
   b[kWriteTable] = pages * 4;
   return b;
@@ -329,11 +332,11 @@ std::vector<int64_t> write_region_bytes(KvDtype dtype, int64_t tokens) {
 
 // Seconds per kv_write call of `w.tokens` tokens in `dtype` (one sequence), buffers from `arena`.
 double bench_write(const DeviceArena& arena, KvDtype dtype, const WriteShape& w) {
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, g_page_size);
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = g_kv_heads, .head_dim = g_head_dim}, dtype, g_page_size);
   const int64_t tokens = w.tokens;
   const int64_t pages = (tokens + g_page_size - 1) / g_page_size;
   const std::vector<int64_t> bytes = write_region_bytes(dtype, tokens);
-  const int64_t elems = tokens * kKvHeads * kHeadDim;
+  const int64_t elems = tokens * g_kv_heads * g_head_dim;
   float* k = arena.at<float>(kWriteK, bytes[kWriteK]);
   float* v = arena.at<float>(kWriteV, bytes[kWriteV]);
   int32_t* d_pos = arena.at<int32_t>(kWritePositions, bytes[kWritePositions]);
@@ -357,8 +360,8 @@ double bench_write(const DeviceArena& arena, KvDtype dtype, const WriteShape& w)
 
 // Bytes one kv_write call of `tokens` tokens moves: the f32 K and V read + the stored cache bytes.
 double write_io_bytes(KvDtype dtype, int64_t tokens) {
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = kHeadDim}, dtype, g_page_size);
-  return 2.0 * tokens * kKvHeads * kHeadDim * 4 + static_cast<double>(tokens) * layout.bytes_per_token_per_layer();
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = g_kv_heads, .head_dim = g_head_dim}, dtype, g_page_size);
+  return 2.0 * tokens * g_kv_heads * g_head_dim * 4 + static_cast<double>(tokens) * layout.bytes_per_token_per_layer();
 }
 
 // Times fn(format) for each format in `order`, then (both_orders) again in reverse order.
@@ -495,6 +498,16 @@ int main(int argc, char** argv) {
         return 2;
       }
       g_page_size = v;
+    } else if ((arg == "--head-dim" || arg == "--kv-heads") && i + 1 < argc) {
+      const std::string text = argv[++i];
+      char* tail = nullptr;
+      const long v = std::strtol(text.c_str(), &tail, 10);
+      const bool head_dim = arg == "--head-dim";
+      if (text.empty() || *tail != 0 || (head_dim ? (v != 64 && v != 128 && v != 256) : (v < 1 || v > 64))) {
+        fmt::print(stderr, "{}: '{}' is not {}\n", arg, text, head_dim ? "64, 128 or 256" : "in 1..64");
+        return 2;
+      }
+      (head_dim ? g_head_dim : g_kv_heads) = static_cast<int>(v);
     } else if (arg == "--write-shapes" && i + 1 < argc) {
       write_shapes_arg = argv[++i];
     } else if (arg == "--nvfp4-rule" && i + 1 < argc) {
@@ -508,7 +521,8 @@ int main(int argc, char** argv) {
       fmt::print(stderr,
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
                  "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
-                 "[--chunks C1,C2,...] [--page-size N] [--write-shapes TOKENS:G,...]\nunknown argument '{}'\n",
+                 "[--chunks C1,C2,...] [--page-size N] [--head-dim 64|128|256] [--kv-heads N] "
+                 "[--write-shapes TOKENS:G,...]\nunknown argument '{}'\n",
                  argv[0], arg);
       return 2;
     }
@@ -587,7 +601,7 @@ int main(int argc, char** argv) {
     fmt::print("{}\n", timing);
     fmt::print("decode attention, head_dim {}, page {}, {} KV heads, q f32, output f32; GB/s counts KV bytes "
                "(incl. scales) + q + output; %BW = of the read bandwidth above\n",
-               kHeadDim, g_page_size, kKvHeads);
+               g_head_dim, g_page_size, g_kv_heads);
     fmt::print("timing column: graph = CUDA-graph replay of N captured calls, per call (GPU time of decode kernel + "
                "reduce, no host launch cost; what the engine's graph-replayed decode steps see); eager = calls "
                "launched from the host back to back (includes host launch cost where it exceeds GPU time); "
@@ -598,6 +612,8 @@ int main(int argc, char** argv) {
     report["read_gbps"] = read_gbps;
     report["copy_gbps"] = copy_gbps;
     report["page_size"] = g_page_size;
+    report["head_dim"] = g_head_dim;
+    report["kv_heads"] = g_kv_heads;
     report["arena_bytes"] = arena.bytes();
     report["orders"] = both_orders ? 2 : 1;
     report["timing"] = timing;
@@ -671,7 +687,8 @@ int main(int argc, char** argv) {
                             ratio(KvDtype::kFP8, KvDtype::kBF16),
                             both_orders ? fmt::format("{:.1f}%", 100.0 * spread) : std::string("-"));
         // nvfp4 at head_dim 128 has two step builds: time both on this row's plan (graph timing).
-        if (row.timing == Timing::kGraph && cases.count(KvDtype::kNVFP4) && cases[KvDtype::kNVFP4]) {
+        if (row.timing == Timing::kGraph && g_head_dim == 128 && cases.count(KvDtype::kNVFP4) &&
+            cases[KvDtype::kNVFP4]) {
           const DecodeCase& c = *cases[KvDtype::kNVFP4];
           const double s1 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 1).seconds;
           const double s2 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 2).seconds;
@@ -691,7 +708,7 @@ int main(int argc, char** argv) {
       const bool four_over_six = write_rule == quant::Nvfp4ScaleRule::kFourOverSix;
       fmt::print("\nwrite path (f32 K/V in, quantize + store), {} KV heads, head_dim {}, nvfp4 block scale {}; GB/s = "
                  "input + stored bytes; same arena, same two-order timing\n",
-                 kKvHeads, kHeadDim, four_over_six ? "4-over-6" : "amax/6");
+                 g_kv_heads, g_head_dim, four_over_six ? "4-over-6" : "amax/6");
       for (const WriteShape& w : write_shapes) {
         const auto times =
             time_both_orders(dtypes, both_orders, [&](KvDtype d) { return bench_write(arena, d, w); });

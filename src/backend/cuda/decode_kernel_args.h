@@ -79,7 +79,12 @@ constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int
   const int work_red = kTcWarps * 8 * head_dim * 4;    // cross-warp reduction / q staging
   const int smem = qfrag + stats + (work_stages > work_red ? work_stages : work_red);
   int blocks = kSmemPerSm / (smem + kSmemReservedPerBlock);
-  // head_dim 256 needs the registers of 2 blocks/SM. 5 blocks/SM for nvfp4 d128 (4 stages, <= 96
+  // head_dim 256 needs the registers of 2 blocks/SM. 3 where V is nvfp4 (the one-f16-p builds then
+  // fit in 142 / 146 registers; H200, 2026-12-01, graph replays, bench_decode_attention --head-dim
+  // 256, us, 2 -> 3): 2 KV heads GQA 8 nvfp4 1 x 32K 21.7 -> 21.1, 8 x 32K 59.9 -> 63.0, 8 x 128K
+  // 198.2 -> 193.6, 32 x 32K 199.0 -> 193.0, 64 x 4K 59.8 -> 62.6; 8 KV heads GQA 4 8 x 32K 196.6 ->
+  // 190.5, 32 x 32K 739.3 -> 704.2; k8v4 (92-99% of the read bandwidth at 2) 4-11% slower at every
+  // batched shape. Mixed for nvfp4, worse for k8v4: kept at 2. 5 blocks/SM for nvfp4 d128 (4 stages, <= 96
   // registers; H200, 2026-11-30, 32 x 32K GQA 4): the 16-token-step build (95 registers) 402.8 ->
   // 409.7 us, the 32-token one spills (132 bytes) and took 490 us: more warps do not help the
   // issue-bound kernel (ncu: 1.2% of its stalls wait on memory).
