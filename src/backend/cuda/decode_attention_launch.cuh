@@ -5,10 +5,10 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernel_launch.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/decode_attention_tc.cuh"
 #include "backend/cuda/decode_plan.h"  // kDecodeMemoryBoundBlocksPerSm
+#include "backend/cuda/kernel_launch.h"
 
 namespace nibble::cuda::detail {
 

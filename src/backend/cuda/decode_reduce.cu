@@ -1,7 +1,7 @@
 // The split-KV merge of decode attention (launched by decode_attention.cpp).
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernel_launch.h"
 #include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/kernel_launch.h"
 
 namespace nibble::cuda::detail {
 

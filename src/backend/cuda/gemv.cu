@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernel_launch.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_common.cuh"
+#include "backend/cuda/kernel_launch.h"
 #include "quant/bf16.h"
 
 namespace nibble::cuda::detail {

@@ -52,9 +52,9 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernel_launch.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_common.cuh"
+#include "backend/cuda/kernel_launch.h"
 
 namespace nibble::cuda::detail {
 
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
   float* red = reinterpret_cast<float*>(rings + C::kRingBytes);
   uint64_t* bars = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(red) + C::kRedBytes);
   __shared__ float norm_sums[kGemvMaxRows][8];
-  __shared__ int last_part;  // kParts > 1: whether this block finished the current tile's last part
+  __shared__ int last_part;  // kParts > 1: whether this block is the last of its group to finish
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles = tile_count(p);
