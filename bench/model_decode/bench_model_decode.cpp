@@ -4,7 +4,9 @@
 // decoding together (each with its own pages at the same context).
 //
 //   geometry   32 layers, hidden 4096, 32 q / 8 KV heads, head_dim 128, intermediate 14336,
-//              vocab 128256 (Llama-3-8B), untied LM head;
+//              vocab 128256 (Llama-3-8B), untied LM head; --model qwen3-8b takes Qwen3-8B's sizes
+//              instead (intermediate 12288, vocab 151936; --layers 36 for its depth) on the same
+//              Llama layer (Qwen3's per-head q/k RMSNorm left out: the products are what differ);
 //   weights    random, uniform in ±0.03, generated on the host once as float32 and uploaded by the
 //              backend's own upload_matrix (rounded to bf16 on the device); every layer gets its own
 //              device copy, so each step reads all 15 GB of them. No checkpoint file;
@@ -48,7 +50,8 @@
 //              the rest), their cost inside the graph = the difference. The logits are then not
 //              the model's; the rows say so.
 //
-//   bench_model_decode [--layers 32] [--contexts 1024,32768] [--kv bf16,nvfp4] [--steps 48] [--batch 1]
+//   bench_model_decode [--model llama3-8b|qwen3-8b] [--layers 32] [--contexts 1024,32768]
+//                      [--kv bf16,nvfp4] [--steps 48] [--batch 1]
 //                      [--modes 0,...,10] [--no-products] [--product-rows 1,4,8] [--no-breakdown]
 //                      [--skip attention,rope_kv_write,both] [--timeline]
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
@@ -115,6 +118,7 @@ class SharedKvStorage final : public cache::KvStorage {
 
 struct Args {
   int64_t layers = 32;
+  std::string model = "llama3-8b";  // or qwen3-8b (--model)
   std::vector<int64_t> contexts{1024, 32768};
   std::vector<quant::KvDtype> kv{quant::KvDtype::kBF16, quant::KvDtype::kNVFP4};
   int steps = 48;
@@ -150,6 +154,10 @@ Args parse_args(int argc, char** argv) {
     };
     if (arg == "--layers") {
       a.layers = std::stoll(value());
+    } else if (arg == "--model") {
+      a.model = value();
+      NIBBLE_CHECK(a.model == "llama3-8b" || a.model == "qwen3-8b", "--model: '{}' is not llama3-8b or qwen3-8b",
+                   a.model);
     } else if (arg == "--contexts") {
       a.contexts.clear();
       for (const std::string& c : split(value())) a.contexts.push_back(std::stoll(c));
@@ -188,7 +196,7 @@ Args parse_args(int argc, char** argv) {
         a.modes.push_back(mode);
       }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--layers N --contexts a,b --kv bf16,nvfp4 --steps N --batch N "
+      NIBBLE_FAIL("unknown argument '{}' (--model llama3-8b|qwen3-8b --layers N --contexts a,b --kv bf16,nvfp4 --steps N --batch N "
                   "--modes 0,...,10 --no-products --product-rows 1,4,8 --no-breakdown "
                   "--skip attention,rope_kv_write,both --timeline)",
                   arg);
@@ -200,13 +208,15 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-config::ModelConfig llama3_8b(int64_t layers) {
+// Llama-3-8B's geometry, or (qwen3) Qwen3-8B's sizes on the same Llama layer.
+config::ModelConfig model_config(const std::string& model, int64_t layers) {
+  const bool qwen3 = model == "qwen3-8b";
   config::ModelConfig c;
   c.architecture = config::Architecture::kLlama;
   c.model_type = "llama";
-  c.vocab_size = 128256;
+  c.vocab_size = qwen3 ? 151936 : 128256;
   c.hidden_size = 4096;
-  c.intermediate_size = 14336;
+  c.intermediate_size = qwen3 ? 12288 : 14336;
   c.num_layers = layers;
   c.num_heads = 32;
   c.num_kv_heads = 8;
@@ -320,7 +330,7 @@ int run(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   std::string command = "bench_model_decode";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
-  const config::ModelConfig cfg = llama3_8b(args.layers);
+  const config::ModelConfig cfg = model_config(args.model, args.layers);
   const int64_t h = cfg.hidden_size, inter = cfg.intermediate_size, d = cfg.head_dim;
   const int64_t qw = cfg.num_heads * d, kvw = cfg.num_kv_heads * d, vocab = cfg.vocab_size;
 
@@ -358,8 +368,9 @@ int run(int argc, char** argv) {
   const double weight_bytes = static_cast<double>((layer_matrix * cfg.num_layers + vocab * h) * 2 +
                                                   (2 * h * cfg.num_layers + h) * 4);
   const double bandwidth = measure_read_bandwidth(int64_t{4} << 30, 10);
-  std::printf("# %s\n# model: Llama-3-8B shape, %lld layers, bf16 weights %.2f GB read per token; setup %.1f s\n",
-              command.c_str(), static_cast<long long>(cfg.num_layers), weight_bytes * 1e-9, setup_s);
+  std::printf("# %s\n# model: %s shape, %lld layers, bf16 weights %.2f GB read per token; setup %.1f s\n",
+              command.c_str(), args.model == "qwen3-8b" ? "Qwen3-8B" : "Llama-3-8B",
+              static_cast<long long>(cfg.num_layers), weight_bytes * 1e-9, setup_s);
   std::printf("# measured read bandwidth: %.0f GB/s (4 GiB buffer) -> weight-read limit %.3f ms/step\n",
               bandwidth * 1e-9, weight_bytes / bandwidth * 1e3);
   // The products of one decode step alone (batch 1, or --product-rows R: a step of R sequences), as

@@ -45,7 +45,7 @@ int64_t gemv_split_workspace_bytes(int64_t max_n) {
 }
 
 bool gemv_tile_shape(const GemvParams& p) {
-  if (p.k == kGemvSplitK) {
+  if (gemv_split_k(p.k)) {
     return p.num_segments == 1 && p.epilogue == GemvEpilogue::kStore && p.norm_weight == nullptr &&
            p.segments[0].n % 16 == 0 && p.segments[0].n <= kGemvSplitMaxN;
   }

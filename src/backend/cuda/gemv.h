@@ -42,10 +42,17 @@ inline constexpr int kGemvMaxSegments = 3;
 // multiples of 16 run the tile build (gemv_tiles.cu: W in 16-row tiles as the MMA's A operand,
 // staged through shared memory); the others, and fewer rows, the streaming one (gemv.cu).
 inline constexpr int64_t kGemvTileMinRows = 3;
-// The tile build's k-split shape (the down product, k = 14336): kGemvKParts blocks each sum a
-// quarter of k for the same tile and meet in GemvSplitWorkspace (gemv_tiles.cu).
-inline constexpr int64_t kGemvSplitK = 14336;
+// The tile build's k-split shapes (down products: Llama-3-8B's and Mistral-7B's k = 14336, Qwen3-8B's
+// 12288): kGemvKParts blocks each sum a quarter of k for the same tile and meet in
+// GemvSplitWorkspace (gemv_tiles.cu).
+inline constexpr int64_t kGemvSplitKs[] = {12288, 14336};
 inline constexpr int kGemvKParts = 4;
+constexpr bool gemv_split_k(int64_t k) {
+  for (const int64_t s : kGemvSplitKs) {
+    if (k == s) return true;
+  }
+  return false;
+}
 inline constexpr int64_t kGemvSplitMaxN = 16384;  // the widest output the split shape takes
 
 enum class GemvEpilogue : uint8_t { kStore, kSwiGlu };
@@ -129,7 +136,7 @@ int gemv_faster_rows(const GemvParams& p);
 
 // The shapes the tile build (gemv_tiles.cu) takes from kGemvTileMinRows rows: k 2048 or 4096 and
 // every segment's n a multiple of 16 (its shared memory, checked at launch, fits sm_90's); and k =
-// kGemvSplitK split over kGemvKParts blocks per tile: one segment of n <= kGemvSplitMaxN, no fused
+// one of kGemvSplitKs split over kGemvKParts blocks per tile: one segment of n <= kGemvSplitMaxN, no fused
 // norm, no SwiGLU (the down product and its residual add). The split shape also needs p.split, for
 // n up to its max_n; without it gemv_bf16 streams the product (gemv.cu).
 bool gemv_tile_shape(const GemvParams& p);

@@ -18,8 +18,8 @@
 //   D   f32, even and odd k-steps in two chains. At a tile's end the 8 warps' partial tiles meet in
 //       shared memory (double-buffered, one barrier per tile) and 128 threads add them in warp
 //       order and apply the epilogue (bias, residual, SwiGLU).
-// k-split (kParts = kGemvKParts; the down product, k = kGemvSplitK = 14336, whose B fragments of a
-// whole k would not fit in registers): the grid is kParts groups of SMs / kParts blocks, group q
+// k-split (kParts = kGemvKParts; the down products, k in kGemvSplitKs = 12288, 14336, whose B
+// fragments of a whole k would not fit in registers): the grid is kParts groups of SMs / kParts blocks, group q
 // summing columns [q·k/kParts, (q+1)·k/kParts) of every tile; the blocks of the four groups with the
 // same index take the same tiles, store their partial tiles in the backend's workspace
 // (GemvSplitWorkspace) and the last of them to finish adds the parts in part order (split_finish).
@@ -27,7 +27,10 @@
 // 40.7 us at 3 / 4 / 8 rows against cuBLAS's 39.2 / 39.0 / 39.8 (the streaming build: 44.8 at 4,
 // 54.1 at 8); in the engine's step (bench_model_decode --modes 9, two runs each, ms) batch 8 bf16 1K
 // 5.115 -> 5.042, 32K 12.524 -> 12.479, nvfp4 1K 5.154 -> 4.951, 32K 7.948 -> 7.860; batch 4 bf16 1K
-// 4.840 -> 4.684, 32K 8.663 -> 8.531, nvfp4 1K 4.955 -> 4.747, 32K 6.575 -> 6.405.
+// 4.840 -> 4.684, 32K 8.663 -> 8.531, nvfp4 1K 4.955 -> 4.747, 32K 6.575 -> 6.405. Qwen3-8B's down
+// (k = 12288; bench_model_decode --model qwen3-8b --layers 36): alone 34.1 / 35.4 us at 4 / 8 rows
+// against cuBLAS's 36.7 / 36.3; its step batch 8 bf16 1K 5.374 -> 5.231, nvfp4 1K 5.433 -> 5.137,
+// nvfp4 32K 8.520 -> 8.373; batch 4 bf16 1K 5.005 -> 4.847, nvfp4 32K 6.929 -> 6.740.
 // Tried there and not kept: the prologue's loads in larger batches (the norm's sums of squares 64
 // loads per thread at a time instead of 32, the B fragments 16 k-steps instead of 8; 186 registers
 // at k = 4096): batch 4 0.4-1.1% faster, batch 8 -0.2% to +1.2% (nvfp4 1K the slower one).
@@ -416,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
 template <int kSliceSteps, GemvEpilogue kEpi, int kParts = 1>
 void launch(const GemvParams& p, cudaStream_t stream) {
   using C = Cfg<kSliceSteps, kEpi, kParts>;
-  static_assert(kParts == 1 || C::kLd == kGemvSplitK, "the split shape");
+  static_assert(kParts == 1 || gemv_split_k(C::kLd), "a split shape");
   auto* kernel = &gemv_tiles_kernel<kSliceSteps, kEpi, kParts>;
   static std::once_flag raised;  // one per instantiation
   std::call_once(raised, [&] {
@@ -431,15 +434,18 @@ void launch(const GemvParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-using SplitCfg = Cfg<kGemvSplitK / (16 * kWarps * kGemvKParts), GemvEpilogue::kStore, kGemvKParts>;
+// The split build of k (k / (16 · warps · parts) k-steps per warp; 24 and 28 for the two shapes).
+template <int64_t kSplitK>
+using SplitCfg = Cfg<static_cast<int>(kSplitK / (16 * kWarps * kGemvKParts)), GemvEpilogue::kStore, kGemvKParts>;
+static_assert(SplitCfg<12288>::kLd == 12288 && SplitCfg<14336>::kLd == 14336, "whole k-steps per warp");
 
 bool gemv_tiles_supports(const GemvParams& p) {
   if (p.rows < kGemvTileMinRows || p.rows > kGemvMaxRows || !gemv_tile_shape(p)) return false;
-  if (p.k == kGemvSplitK &&
-      (p.split.partials == nullptr || p.split.counters == nullptr || p.segments[0].n > p.split.max_n)) {
+  const bool split = gemv_split_k(p.k);
+  if (split && (p.split.partials == nullptr || p.split.counters == nullptr || p.segments[0].n > p.split.max_n)) {
     return false;
   }
-  const int64_t smem = p.k == kGemvSplitK                     ? SplitCfg::kSmemBytes
+  const int64_t smem = split                                  ? SplitCfg<14336>::kSmemBytes  // the larger
                        : p.epilogue == GemvEpilogue::kSwiGlu ? Cfg<32, GemvEpilogue::kSwiGlu>::kSmemBytes
                                                              : Cfg<32, GemvEpilogue::kStore>::kSmemBytes;
   return smem <= gemv_max_smem_bytes() && tile_count(p) < (1 << 24);
@@ -447,8 +453,10 @@ bool gemv_tiles_supports(const GemvParams& p) {
 
 void launch_gemv_tiles(const GemvParams& p, cudaStream_t stream) {
   const bool swiglu = p.epilogue == GemvEpilogue::kSwiGlu;
-  if (p.k == kGemvSplitK) {
-    launch<kGemvSplitK / (16 * kWarps * kGemvKParts), GemvEpilogue::kStore, kGemvKParts>(p, stream);
+  if (p.k == 14336) {
+    launch<28, GemvEpilogue::kStore, kGemvKParts>(p, stream);
+  } else if (p.k == 12288) {
+    launch<24, GemvEpilogue::kStore, kGemvKParts>(p, stream);
   } else if (p.k == 4096) {
     swiglu ? launch<32, GemvEpilogue::kSwiGlu>(p, stream) : launch<32, GemvEpilogue::kStore>(p, stream);
   } else {

@@ -434,36 +434,38 @@ TEST_F(CudaOps, GemvTileBuildMatchesCpuAndSeparateOps) {
 // for bit (the order of the parts' sum is fixed, and the last part reset the tile counters).
 TEST_F(CudaOps, GemvTileBuildSplitsKOverBlocks) {
   dynamic_cast<CudaBackend&>(*gpu).set_gemv_everywhere(true);
-  const int64_t k = cuda::kGemvSplitK, n = 1040;  // 65 tiles
-  const std::vector<float> w = round_bf16(random_floats(n * k, rng, 0.02f)), bias = random_floats(n, rng);
-  std::unique_ptr<Buffer> o1, o2, o3;
-  const Matrix gw = gpu->upload_matrix(w.data(), n, k, o1);
-  const Matrix cw = cpu.upload_matrix(w.data(), n, k, o2);
-  const Vector gb = gpu->upload_vector(bias.data(), n, o3);
-  for (const int64_t rows : {3, 5, 8}) {
-    const std::string at = std::to_string(rows) + " rows";
-    const std::vector<float> x = random_floats(rows * k, rng), xr = round_bf16(x);
-    auto gx = upload(*gpu, x, rows, k);
-    // A product with bias.
-    auto out = upload(*gpu, std::vector<float>(rows * n, NAN), rows, n);
-    gpu->matmul(gx.view, gw, gb, out.view);
-    std::vector<float> c_out(rows * n);
-    cpu.matmul({const_cast<float*>(xr.data()), rows, k}, cw, {const_cast<float*>(bias.data()), n},
-               {c_out.data(), rows, n});
-    const std::vector<float> got = download(*gpu, out.view);
-    EXPECT_LE(test::relative_max_error(got, c_out), 1e-4) << at;
-    auto again = upload(*gpu, std::vector<float>(rows * n, NAN), rows, n);
-    gpu->matmul(gx.view, gw, gb, again.view);
-    EXPECT_EQ(download(*gpu, again.view), got) << at;
-    // The residual add in place (the down product's form).
-    const std::vector<float> residual = random_floats(rows * n, rng);
-    auto res = upload(*gpu, residual, rows, n);
-    auto scratch = upload(*gpu, std::vector<float>(rows * n, NAN), rows, n);
-    gpu->matmul_residual_add(gx.view, gw, scratch.view, res.view);
-    std::vector<float> c_res = residual, c_scratch(rows * n);
-    cpu.matmul_residual_add({const_cast<float*>(xr.data()), rows, k}, cw, {c_scratch.data(), rows, n},
-                            {c_res.data(), rows, n});
-    EXPECT_LE(test::relative_max_error(download(*gpu, res.view), c_res), 1e-4) << at;
+  for (const int64_t k : cuda::kGemvSplitKs) {
+    const int64_t n = 1040;  // 65 tiles
+    const std::vector<float> w = round_bf16(random_floats(n * k, rng, 0.02f)), bias = random_floats(n, rng);
+    std::unique_ptr<Buffer> o1, o2, o3;
+    const Matrix gw = gpu->upload_matrix(w.data(), n, k, o1);
+    const Matrix cw = cpu.upload_matrix(w.data(), n, k, o2);
+    const Vector gb = gpu->upload_vector(bias.data(), n, o3);
+    for (const int64_t rows : {3, 5, 8}) {
+      const std::string at = "k " + std::to_string(k) + ", " + std::to_string(rows) + " rows";
+      const std::vector<float> x = random_floats(rows * k, rng), xr = round_bf16(x);
+      auto gx = upload(*gpu, x, rows, k);
+      // A product with bias.
+      auto out = upload(*gpu, std::vector<float>(rows * n, NAN), rows, n);
+      gpu->matmul(gx.view, gw, gb, out.view);
+      std::vector<float> c_out(rows * n);
+      cpu.matmul({const_cast<float*>(xr.data()), rows, k}, cw, {const_cast<float*>(bias.data()), n},
+                 {c_out.data(), rows, n});
+      const std::vector<float> got = download(*gpu, out.view);
+      EXPECT_LE(test::relative_max_error(got, c_out), 1e-4) << at;
+      auto again = upload(*gpu, std::vector<float>(rows * n, NAN), rows, n);
+      gpu->matmul(gx.view, gw, gb, again.view);
+      EXPECT_EQ(download(*gpu, again.view), got) << at;
+      // The residual add in place (the down product's form).
+      const std::vector<float> residual = random_floats(rows * n, rng);
+      auto res = upload(*gpu, residual, rows, n);
+      auto scratch = upload(*gpu, std::vector<float>(rows * n, NAN), rows, n);
+      gpu->matmul_residual_add(gx.view, gw, scratch.view, res.view);
+      std::vector<float> c_res = residual, c_scratch(rows * n);
+      cpu.matmul_residual_add({const_cast<float*>(xr.data()), rows, k}, cw, {c_scratch.data(), rows, n},
+                              {c_res.data(), rows, n});
+      EXPECT_LE(test::relative_max_error(download(*gpu, res.view), c_res), 1e-4) << at;
+    }
   }
 }
 
@@ -481,6 +483,8 @@ TEST(GemvRouting, FasterRowsFollowTheMeasuredCrossovers) {
   };
   EXPECT_EQ(cuda::gemv_faster_rows(params(inter, {h}, false)), 8);         // down (+ residual): the k-split
   EXPECT_EQ(cuda::gemv_faster_rows(params(inter, {h + 8}, false)), 4);     // down-like, not a tile shape
+  EXPECT_EQ(cuda::gemv_faster_rows(params(12288, {h}, false)), 8);         // Qwen3-8B's down: the k-split
+  EXPECT_EQ(cuda::gemv_faster_rows(params(18944, {3584}, false)), 4);      // Qwen2.5-7B's: not a split shape
   EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h}, false)), 8);             // o (+ residual)
   EXPECT_EQ(cuda::gemv_faster_rows(params(h, {h, 1024, 1024}, true)), 8);  // RMSNorm + q/k/v
   EXPECT_EQ(cuda::gemv_faster_rows(params(h, {inter, inter}, true)), 8);   // RMSNorm + gate/up
