@@ -4,9 +4,10 @@
 // decoding together (each with its own pages at the same context).
 //
 //   geometry   32 layers, hidden 4096, 32 q / 8 KV heads, head_dim 128, intermediate 14336,
-//              vocab 128256 (Llama-3-8B), untied LM head; --model qwen3-8b takes Qwen3-8B's sizes
-//              instead (intermediate 12288, vocab 151936; --layers 36 for its depth) on the same
-//              Llama layer (Qwen3's per-head q/k RMSNorm left out: the products are what differ);
+//              vocab 128256 (Llama-3-8B), untied LM head; --model takes another model's sizes
+//              (kModels: layers, hidden, intermediate, heads, vocab) on the same Llama layer
+//              (Qwen's per-head q/k RMSNorm and biases left out, the LM head untied: the products'
+//              shapes are what differ);
 //   weights    random, uniform in ±0.03, generated on the host once as float32 and uploaded by the
 //              backend's own upload_matrix (rounded to bf16 on the device); every layer gets its own
 //              device copy, so each step reads all 15 GB of them. No checkpoint file;
@@ -50,7 +51,7 @@
 //              the rest), their cost inside the graph = the difference. The logits are then not
 //              the model's; the rows say so.
 //
-//   bench_model_decode [--model llama3-8b|qwen3-8b] [--layers 32] [--contexts 1024,32768]
+//   bench_model_decode [--model llama3-8b|qwen3-8b|...] [--layers N] [--contexts 1024,32768]
 //                      [--kv bf16,nvfp4] [--steps 48] [--batch 1]
 //                      [--modes 0,...,10] [--no-products] [--product-rows 1,4,8] [--no-breakdown]
 //                      [--skip attention,rope_kv_write,both] [--timeline]
@@ -116,9 +117,30 @@ class SharedKvStorage final : public cache::KvStorage {
   int64_t bytes_;
 };
 
+// --model: the sizes of the models whose products the GEMV's tile build was measured on (gemv.h).
+struct ModelSizes {
+  const char* name;
+  const char* label;
+  int64_t layers, hidden, intermediate, heads, kv_heads, vocab;
+};
+constexpr ModelSizes kModels[] = {
+    {"llama3-8b", "Llama-3-8B", 32, 4096, 14336, 32, 8, 128256},
+    {"qwen3-8b", "Qwen3-8B", 36, 4096, 12288, 32, 8, 151936},
+    {"qwen2.5-7b", "Qwen2.5-7B", 28, 3584, 18944, 28, 4, 152064},
+    {"llama3.2-3b", "Llama-3.2-3B", 28, 3072, 8192, 24, 8, 128256},
+    {"qwen3-4b", "Qwen3-4B", 36, 2560, 9728, 32, 8, 151936},
+    {"qwen3-14b", "Qwen3-14B", 40, 5120, 17408, 40, 8, 151936},
+};
+const ModelSizes* find_model(const std::string& name) {
+  for (const ModelSizes& m : kModels) {
+    if (name == m.name) return &m;
+  }
+  return nullptr;
+}
+
 struct Args {
-  int64_t layers = 32;
-  std::string model = "llama3-8b";  // or qwen3-8b (--model)
+  int64_t layers = 0;               // 0: the model's own depth
+  std::string model = "llama3-8b";  // --model: a name of kModels
   std::vector<int64_t> contexts{1024, 32768};
   std::vector<quant::KvDtype> kv{quant::KvDtype::kBF16, quant::KvDtype::kNVFP4};
   int steps = 48;
@@ -156,8 +178,8 @@ Args parse_args(int argc, char** argv) {
       a.layers = std::stoll(value());
     } else if (arg == "--model") {
       a.model = value();
-      NIBBLE_CHECK(a.model == "llama3-8b" || a.model == "qwen3-8b", "--model: '{}' is not llama3-8b or qwen3-8b",
-                   a.model);
+      NIBBLE_CHECK(find_model(a.model) != nullptr,
+                   "--model: '{}' is not llama3-8b, qwen3-8b, qwen2.5-7b, llama3.2-3b, qwen3-4b or qwen3-14b", a.model);
     } else if (arg == "--contexts") {
       a.contexts.clear();
       for (const std::string& c : split(value())) a.contexts.push_back(std::stoll(c));
@@ -196,30 +218,31 @@ Args parse_args(int argc, char** argv) {
         a.modes.push_back(mode);
       }
     } else {
-      NIBBLE_FAIL("unknown argument '{}' (--model llama3-8b|qwen3-8b --layers N --contexts a,b --kv bf16,nvfp4 --steps N --batch N "
+      NIBBLE_FAIL("unknown argument '{}' (--model NAME --layers N --contexts a,b --kv bf16,nvfp4 --steps N --batch N "
                   "--modes 0,...,10 --no-products --product-rows 1,4,8 --no-breakdown "
                   "--skip attention,rope_kv_write,both --timeline)",
                   arg);
     }
   }
+  if (a.layers == 0) a.layers = find_model(a.model)->layers;
   NIBBLE_CHECK(a.layers > 0 && a.steps > 0 && !a.contexts.empty() && !a.kv.empty() && !a.modes.empty() &&
                    !a.product_rows.empty(),
                "bad arguments");
   return a;
 }
 
-// Llama-3-8B's geometry, or (qwen3) Qwen3-8B's sizes on the same Llama layer.
+// A model's sizes on the Llama layer (head_dim 128 for all of them).
 config::ModelConfig model_config(const std::string& model, int64_t layers) {
-  const bool qwen3 = model == "qwen3-8b";
+  const ModelSizes& m = *find_model(model);
   config::ModelConfig c;
   c.architecture = config::Architecture::kLlama;
   c.model_type = "llama";
-  c.vocab_size = qwen3 ? 151936 : 128256;
-  c.hidden_size = 4096;
-  c.intermediate_size = qwen3 ? 12288 : 14336;
+  c.vocab_size = m.vocab;
+  c.hidden_size = m.hidden;
+  c.intermediate_size = m.intermediate;
   c.num_layers = layers;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
+  c.num_heads = m.heads;
+  c.num_kv_heads = m.kv_heads;
   c.head_dim = 128;
   c.max_position_embeddings = 131072;
   c.rms_norm_eps = 1e-5;
@@ -369,7 +392,7 @@ int run(int argc, char** argv) {
                                                   (2 * h * cfg.num_layers + h) * 4);
   const double bandwidth = measure_read_bandwidth(int64_t{4} << 30, 10);
   std::printf("# %s\n# model: %s shape, %lld layers, bf16 weights %.2f GB read per token; setup %.1f s\n",
-              command.c_str(), args.model == "qwen3-8b" ? "Qwen3-8B" : "Llama-3-8B",
+              command.c_str(), find_model(args.model)->label,
               static_cast<long long>(cfg.num_layers), weight_bytes * 1e-9, setup_s);
   std::printf("# measured read bandwidth: %.0f GB/s (4 GiB buffer) -> weight-read limit %.3f ms/step\n",
               bandwidth * 1e-9, weight_bytes / bandwidth * 1e3);

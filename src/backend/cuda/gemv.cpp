@@ -49,7 +49,7 @@ bool gemv_tile_shape(const GemvParams& p) {
     return p.num_segments == 1 && p.epilogue == GemvEpilogue::kStore && p.norm_weight == nullptr &&
            p.segments[0].n % 16 == 0 && p.segments[0].n <= kGemvSplitMaxN;
   }
-  if (p.k != 2048 && p.k != 4096) return false;
+  if (!gemv_tile_k(p.k)) return false;
   const int segments = p.epilogue == GemvEpilogue::kSwiGlu ? 2 : p.num_segments;
   for (int s = 0; s < segments && s < kGemvMaxSegments; ++s) {
     if (p.segments[s].n % 16 != 0) return false;

@@ -38,17 +38,28 @@ namespace nibble::cuda {
 
 inline constexpr int64_t kGemvMaxRows = 8;
 inline constexpr int kGemvMaxSegments = 3;
-// From this many activation rows on, products whose k is 2048 or 4096 and whose segments' n are
-// multiples of 16 run the tile build (gemv_tiles.cu: W in 16-row tiles as the MMA's A operand,
-// staged through shared memory); the others, and fewer rows, the streaming one (gemv.cu).
+// From this many activation rows on, products whose k is one of kGemvTileKs (or kGemvSplitKs,
+// below) and whose segments' n are multiples of 16 run the tile build (gemv_tiles.cu: W in 16-row
+// tiles as the MMA's A operand, staged through shared memory); the others, and fewer rows, the
+// streaming one (gemv.cu).
 inline constexpr int64_t kGemvTileMinRows = 3;
+// The hidden sizes the tile build takes whole (one k slice of k / 8 columns per warp): Llama-3.2-1B
+// and Qwen3-Next 2048, Qwen3-4B 2560, Llama-3.2-3B 3072, Qwen2.5-7B 3584, Llama-3-8B, Mistral-7B and
+// Qwen3-8B 4096, Qwen3-14B 5120.
+inline constexpr int64_t kGemvTileKs[] = {2048, 2560, 3072, 3584, 4096, 5120};
 // The tile build's k-split shapes (down products: Llama-3-8B's and Mistral-7B's k = 14336, Qwen3-8B's
-// 12288): kGemvKParts blocks each sum a quarter of k for the same tile and meet in
-// GemvSplitWorkspace (gemv_tiles.cu).
-inline constexpr int64_t kGemvSplitKs[] = {12288, 14336};
+// 12288, Llama-3.2-1B/3B's 8192): kGemvKParts blocks each sum a quarter of k for the same tile and
+// meet in GemvSplitWorkspace (gemv_tiles.cu).
+inline constexpr int64_t kGemvSplitKs[] = {8192, 12288, 14336};
 inline constexpr int kGemvKParts = 4;
 constexpr bool gemv_split_k(int64_t k) {
   for (const int64_t s : kGemvSplitKs) {
+    if (k == s) return true;
+  }
+  return false;
+}
+constexpr bool gemv_tile_k(int64_t k) {
+  for (const int64_t s : kGemvTileKs) {
     if (k == s) return true;
   }
   return false;
@@ -134,7 +145,7 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream);
 // 1.5-4.2% faster than with it on the streaming build (gemv_tiles.cu has the figures).
 int gemv_faster_rows(const GemvParams& p);
 
-// The shapes the tile build (gemv_tiles.cu) takes from kGemvTileMinRows rows: k 2048 or 4096 and
+// The shapes the tile build (gemv_tiles.cu) takes from kGemvTileMinRows rows: k in kGemvTileKs and
 // every segment's n a multiple of 16 (its shared memory, checked at launch, fits sm_90's); and k =
 // one of kGemvSplitKs split over kGemvKParts blocks per tile: one segment of n <= kGemvSplitMaxN, no fused
 // norm, no SwiGLU (the down product and its residual add). The split shape also needs p.split, for

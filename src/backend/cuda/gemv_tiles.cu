@@ -31,6 +31,10 @@
 // (k = 12288; bench_model_decode --model qwen3-8b --layers 36): alone 34.1 / 35.4 us at 4 / 8 rows
 // against cuBLAS's 36.7 / 36.3; its step batch 8 bf16 1K 5.374 -> 5.231, nvfp4 1K 5.433 -> 5.137,
 // nvfp4 32K 8.520 -> 8.373; batch 4 bf16 1K 5.005 -> 4.847, nvfp4 32K 6.929 -> 6.740.
+// Every hidden size of kGemvTileKs and the split of 8192 (same session; --model, batch 8, 1K, ms,
+// against the streaming build and cuBLAS for those shapes): Qwen2.5-7B bf16 5.911 -> 5.126, nvfp4
+// 5.950 -> 5.224; Llama-3.2-3B 3.454 -> 2.674, 3.426 -> 2.630; Qwen3-14B 10.428 -> 9.135, 10.396 ->
+// 9.339; Qwen3-4B (its down, 9728, not a split shape) 4.232 -> 3.728, 4.254 -> 3.763.
 // Tried there and not kept: the prologue's loads in larger batches (the norm's sums of squares 64
 // loads per thread at a time instead of 32, the B fragments 16 k-steps instead of 8; 186 registers
 // at k = 4096): batch 4 0.4-1.1% faster, batch 8 -0.2% to +1.2% (nvfp4 1K the slower one).
@@ -76,17 +80,29 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kTileRows = 16;    // W rows per A tile (m16)
 constexpr int kStages = 3;       // ring stages per warp
 
+constexpr int stage_columns(int slice, int cap) {
+  for (int c = cap; c > 16; c -= 16) {
+    if (slice % c == 0) return c;
+  }
+  return 16;
+}
+
 // kParts > 1: the k-split build (the down product): k = kParts · kK, part q's blocks sum columns
 // [q·kK, (q+1)·kK) of every tile they take.
 template <int kSliceSteps, GemvEpilogue kEpi, int kParts = 1>
 struct Cfg {
+  static constexpr int kStepsPerWarp = kSliceSteps;
+  static constexpr GemvEpilogue kEpilogue = kEpi;
+  static constexpr int kSplitParts = kParts;
   static constexpr int kK = kSliceSteps * 16 * kWarps;                 // the k of one block's sums
   static constexpr int kLd = kK * kParts;                              // the product's k (row stride)
   static constexpr int kMats = kEpi == GemvEpilogue::kSwiGlu ? 2 : 1;  // A tiles per k-step (gate, up)
   static constexpr int kSlice = kSliceSteps * 16;                      // one warp's columns
-  // Columns per stage: 256 (128 for gate and up), or half a slice that is no multiple of 256 (the
-  // split build's 448: 224, rows 464 bytes apart, still on distinct banks for ldmatrix).
-  static constexpr int kStageK = kMats == 2 ? 128 : (kSlice % 256 == 0 ? 256 : kSlice / 2);
+  // Columns per stage: the widest multiple of 16 that divides the slice, up to 256 (128 for gate
+  // and up): 256 / 128 at k = 2048 and 4096, 224 / 112 for slices of 448, 160 / 80 of 320. Rows
+  // sit kStageK · 2 + 16 bytes apart, an odd number of 16-byte units: ldmatrix's 8 rows on
+  // distinct banks.
+  static constexpr int kStageK = stage_columns(kSlice, kMats == 2 ? 128 : 256);
   static constexpr int kStepsPerStage = kStageK / 16;
   static constexpr int kRowPitch = kStageK * 2 + 16;
   static constexpr int kStagesPerTile = kSliceSteps * 16 / kStageK;
@@ -368,7 +384,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_tiles_kernel(const GemvParam
         for (int m = 0; m < kMats; ++m) {
           uint4 a;
           ldmatrix_x4(st + m * kTileRows * C::kRowPitch + ss * 32, a.x, a.y, a.z, a.w);
-          mma_bf16(acc[m][ss % 2], a.x, a.y, a.z, a.w, b.x, b.y);
+          // Chains by the slice's k-step parity, not the stage's: the same order whatever the stage
+          // width (gate/up and a lone product of one k may differ: 80 and 160 columns at 2560).
+          mma_bf16(acc[m][(j * C::kStepsPerStage + ss) % 2], a.x, a.y, a.z, a.w, b.x, b.y);
         }
       }
       __syncwarp();  // every lane's reads of the stage done: refill it
@@ -434,10 +452,30 @@ void launch(const GemvParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-// The split build of k (k / (16 · warps · parts) k-steps per warp; 24 and 28 for the two shapes).
-template <int64_t kSplitK>
-using SplitCfg = Cfg<static_cast<int>(kSplitK / (16 * kWarps * kGemvKParts)), GemvEpilogue::kStore, kGemvKParts>;
-static_assert(SplitCfg<12288>::kLd == 12288 && SplitCfg<14336>::kLd == 14336, "whole k-steps per warp");
+// Every shape's instance, by k: (k / 16 / warps) k-steps per warp, or with the split (kGemvSplitKs)
+// k / 16 / warps / parts; `fn` gets the instance's Cfg as a tag.
+template <int64_t kTileK, typename Fn>
+bool with_cfg_k(const GemvParams& p, Fn&& fn) {
+  if (p.k != kTileK) return false;
+  constexpr bool kSplit = gemv_split_k(kTileK);
+  constexpr int kParts = kSplit ? kGemvKParts : 1;
+  constexpr int kSteps = static_cast<int>(kTileK / (16 * kWarps * kParts));
+  static_assert(kSteps * 16 * kWarps * kParts == kTileK, "whole k-steps per warp");
+  if constexpr (!kSplit) {
+    if (p.epilogue == GemvEpilogue::kSwiGlu) {
+      fn(Cfg<kSteps, GemvEpilogue::kSwiGlu, kParts>{});
+      return true;
+    }
+  }
+  fn(Cfg<kSteps, GemvEpilogue::kStore, kParts>{});
+  return true;
+}
+template <typename Fn>
+bool with_cfg(const GemvParams& p, Fn&& fn) {
+  return with_cfg_k<2048>(p, fn) || with_cfg_k<2560>(p, fn) || with_cfg_k<3072>(p, fn) ||
+         with_cfg_k<3584>(p, fn) || with_cfg_k<4096>(p, fn) || with_cfg_k<5120>(p, fn) ||
+         with_cfg_k<8192>(p, fn) || with_cfg_k<12288>(p, fn) || with_cfg_k<14336>(p, fn);
+}
 
 bool gemv_tiles_supports(const GemvParams& p) {
   if (p.rows < kGemvTileMinRows || p.rows > kGemvMaxRows || !gemv_tile_shape(p)) return false;
@@ -445,23 +483,17 @@ bool gemv_tiles_supports(const GemvParams& p) {
   if (split && (p.split.partials == nullptr || p.split.counters == nullptr || p.segments[0].n > p.split.max_n)) {
     return false;
   }
-  const int64_t smem = split                                  ? SplitCfg<14336>::kSmemBytes  // the larger
-                       : p.epilogue == GemvEpilogue::kSwiGlu ? Cfg<32, GemvEpilogue::kSwiGlu>::kSmemBytes
-                                                             : Cfg<32, GemvEpilogue::kStore>::kSmemBytes;
-  return smem <= gemv_max_smem_bytes() && tile_count(p) < (1 << 24);
+  int64_t smem = -1;
+  with_cfg(p, [&](auto cfg) { smem = decltype(cfg)::kSmemBytes; });
+  return smem > 0 && smem <= gemv_max_smem_bytes() && tile_count(p) < (1 << 24);
 }
 
 void launch_gemv_tiles(const GemvParams& p, cudaStream_t stream) {
-  const bool swiglu = p.epilogue == GemvEpilogue::kSwiGlu;
-  if (p.k == 14336) {
-    launch<28, GemvEpilogue::kStore, kGemvKParts>(p, stream);
-  } else if (p.k == 12288) {
-    launch<24, GemvEpilogue::kStore, kGemvKParts>(p, stream);
-  } else if (p.k == 4096) {
-    swiglu ? launch<32, GemvEpilogue::kSwiGlu>(p, stream) : launch<32, GemvEpilogue::kStore>(p, stream);
-  } else {
-    swiglu ? launch<16, GemvEpilogue::kSwiGlu>(p, stream) : launch<16, GemvEpilogue::kStore>(p, stream);
-  }
+  const bool launched = with_cfg(p, [&](auto cfg) {
+    using C = decltype(cfg);
+    launch<C::kStepsPerWarp, C::kEpilogue, C::kSplitParts>(p, stream);
+  });
+  if (!launched) throw_unsupported("gemv tile build", "k", "one of kGemvTileKs or kGemvSplitKs", p.k);
 }
 
 }  // namespace nibble::cuda::detail

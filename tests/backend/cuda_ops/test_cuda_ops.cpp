@@ -329,7 +329,7 @@ TEST_F(CudaOps, FusedInputNormMatchesRmsNormThenProducts) {
   }
 }
 
-// The GEMV's tile build (gemv_tiles.cu: k 2048 or 4096, widths multiples of 16, from
+// The GEMV's tile build (gemv_tiles.cu: every k of kGemvTileKs, widths multiples of 16, from
 // kGemvTileMinRows rows): q/k/v with the fused norm (three segments: tiles of one block cross segment
 // boundaries), gate/up with SwiGLU, a product with bias and o + residual, against the CPU on
 // bf16-rounded inputs (1e-4; 1e-2 with the norm: the CPU multiplies the f32 normalized rows) and the
@@ -338,7 +338,7 @@ TEST_F(CudaOps, FusedInputNormMatchesRmsNormThenProducts) {
 // than the SMs.
 TEST_F(CudaOps, GemvTileBuildMatchesCpuAndSeparateOps) {
   dynamic_cast<CudaBackend&>(*gpu).set_gemv_everywhere(true);
-  for (const int64_t hidden : {2048, 4096}) {
+  for (const int64_t hidden : cuda::kGemvTileKs) {
     const int64_t qw = 528, kvw = 80, inter = 1040;
     auto host_matrix = [&](int64_t out, int64_t in) { return round_bf16(random_floats(out * in, rng, 0.05f)); };
     const std::vector<float> wq = host_matrix(qw, hidden), wk = host_matrix(kvw, hidden), wv = host_matrix(kvw, hidden);
@@ -428,7 +428,7 @@ TEST_F(CudaOps, GemvTileBuildMatchesCpuAndSeparateOps) {
   }
 }
 
-// The tile build's k-split (k = 14336, the down product): kGemvKParts blocks per tile, met in the
+// The tile build's k-split (kGemvSplitKs, down products): kGemvKParts blocks per tile, met in the
 // backend's workspace. Against the CPU on the bf16-rounded x, with bias and with the residual add
 // in place; tiles more than the blocks of a part (so blocks take several); a second run equal bit
 // for bit (the order of the parts' sum is fixed, and the last part reset the tile counters).
@@ -495,7 +495,10 @@ TEST(GemvRouting, FasterRowsFollowTheMeasuredCrossovers) {
   EXPECT_FALSE(cuda::gemv_tile_shape(params(inter, {h}, true)));    // ... takes no fused norm
   EXPECT_FALSE(cuda::gemv_tile_shape(params(inter, {h, h}, false)));  // ... nor several segments
   EXPECT_FALSE(cuda::gemv_tile_shape(params(inter, {cuda::kGemvSplitMaxN + 16}, false)));  // ... nor wider outputs
-  EXPECT_FALSE(cuda::gemv_tile_shape(params(8192, {h}, false)));
+  EXPECT_TRUE(cuda::gemv_tile_shape(params(8192, {2048}, false)));   // Llama-3.2-1B's down
+  EXPECT_FALSE(cuda::gemv_tile_shape(params(9728, {2560}, false)));  // Qwen3-4B's: no split shape
+  EXPECT_TRUE(cuda::gemv_tile_shape(params(3584, {3584, 512, 512}, true)));  // Qwen2.5-7B's q/k/v
+  EXPECT_FALSE(cuda::gemv_tile_shape(params(4608, {4608}, false)));  // no tile k
   EXPECT_FALSE(cuda::gemv_tile_shape(params(h, {h, 1024, 1000}, true)));
 }
 
