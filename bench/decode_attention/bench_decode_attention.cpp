@@ -252,7 +252,9 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
   c.q_elems = shape.batch * c.num_q_heads * g_head_dim;
   const std::vector<int32_t> lens(shape.batch, static_cast<int32_t>(shape.ctx));
   c.plan = cuda::plan_decode_splits(
-      {.seq_lens = lens, .num_kv_heads = g_kv_heads, .group_chunks = cuda::decode_group_chunks(c.num_q_heads, g_kv_heads),
+      {.seq_lens = lens,
+       .num_kv_heads = g_kv_heads,
+       .group_chunks = cuda::decode_group_chunks(c.num_q_heads, g_kv_heads),
        .num_sms = dev.sms,
        .blocks_per_sm = cuda::decode_blocks_per_sm(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
        .item_granule_multiple = cuda::decode_item_granules(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),

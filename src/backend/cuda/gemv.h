@@ -52,6 +52,7 @@ inline constexpr int64_t kGemvTileKs[] = {2048, 2560, 3072, 3584, 4096, 5120};
 // meet in GemvSplitWorkspace (gemv_tiles.cu).
 inline constexpr int64_t kGemvSplitKs[] = {8192, 12288, 14336};
 inline constexpr int kGemvKParts = 4;
+inline constexpr int64_t kGemvSplitMaxN = 16384;  // the widest output the split shapes take
 constexpr bool gemv_split_k(int64_t k) {
   for (const int64_t s : kGemvSplitKs) {
     if (k == s) return true;
@@ -64,7 +65,6 @@ constexpr bool gemv_tile_k(int64_t k) {
   }
   return false;
 }
-inline constexpr int64_t kGemvSplitMaxN = 16384;  // the widest output the split shape takes
 
 enum class GemvEpilogue : uint8_t { kStore, kSwiGlu };
 
@@ -127,7 +127,7 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream);
 //   k > 8192 (down + residual, k = 14336): 4. Alone 4 rows 44.8 vs 38.4, 8: 54.4 vs 39.2; in the
 //     batch-4 step the GEMV's down was still the faster (4.98 vs 5.05 ms per step with it on cuBLAS:
 //     under PDL the GEMVs overlap each other's boundaries). Since the sixteenth session the tile
-//     build's k-split takes k = 14336 from 3 rows: 8 for that shape (below).
+//     build's k-split takes the k of kGemvSplitKs from 3 rows: 8 for those shapes (below).
 //   a fused norm over more than 8k outputs (the LM head): 4. 4 rows 258.6 vs 267.6, 8: 283.7 vs 266.1.
 //   everything else (q/k/v, gate/up + SwiGLU, o + residual): 8. 8 rows: 38.4 vs 45.9, 80.3 vs 82.2,
 //     22.0 vs 19.2 alone but in the batch-8 step (1K bf16 KV) o and gate/up on cuBLAS 6.060 ms, gate/up
@@ -146,10 +146,10 @@ void gemv_bf16(const GemvParams& p, cudaStream_t stream);
 int gemv_faster_rows(const GemvParams& p);
 
 // The shapes the tile build (gemv_tiles.cu) takes from kGemvTileMinRows rows: k in kGemvTileKs and
-// every segment's n a multiple of 16 (its shared memory, checked at launch, fits sm_90's); and k =
-// one of kGemvSplitKs split over kGemvKParts blocks per tile: one segment of n <= kGemvSplitMaxN, no fused
-// norm, no SwiGLU (the down product and its residual add). The split shape also needs p.split, for
-// n up to its max_n; without it gemv_bf16 streams the product (gemv.cu).
+// every segment's n a multiple of 16 (its shared memory, checked at launch, fits sm_90's); and k in
+// kGemvSplitKs, split over kGemvKParts blocks per tile: one segment of n <= kGemvSplitMaxN, no
+// fused norm, no SwiGLU (the down product and its residual add). The split shapes also need
+// p.split, for n up to its max_n; without it gemv_bf16 streams the product (gemv.cu).
 bool gemv_tile_shape(const GemvParams& p);
 
 }  // namespace nibble::cuda

@@ -46,8 +46,9 @@
 // Measured (H200, 2026-12-01, fifteenth session). The engine's step (bench_model_decode --modes 9;
 // batch 8 against the streaming GEMV's run earlier that session, batch 4 against the fourteenth
 // round's): batch 8 bf16 1K 5.860 -> 5.094 ms, nvfp4 32K 8.666 -> 7.863; batch 4 bf16 1K 4.994 ->
-// 4.805 (docs/PERFORMANCE.md, fifteenth round). A scratch chain of the 8B products of 32 layers (PDL, one graph; q/k/v, o and gate/up on
-// the tile build, down on gemv.cu; us/layer against gemv.cu alone in the same call), with the
+// 4.805 (docs/PERFORMANCE.md, fifteenth round). A scratch chain of the 8B products of 32 layers (PDL,
+// one graph; q/k/v, o and gate/up on the tile build, down on gemv.cu; us/layer against gemv.cu alone
+// in the same call), with the
 // stages filled by TMA 2D tiles (a tensor map per weight, 128-byte swizzle), which had measured the
 // same as these bulk copies: 3 rows 128.9 / 132.1, 4 131.1 / 135.6, 5 136.9 / 147.8, 6 137.4 /
 // 148.2, 7 140.8 / 159.7, 8 141.3 / 163.7 (2 rows 122.0 / 114.8: gemv.cu keeps 1 and 2). Before the
