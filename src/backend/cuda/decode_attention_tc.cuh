@@ -171,6 +171,11 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   static_assert(kSteps == 1 || kSteps == 2, "1 or 2 chunks per step");
   static_assert(T::kStages > kSteps, "the ring must hold a step plus at least one chunk in flight");
   static_assert(!kOneP || VF == ElemFormat::kNVFP4, "p as one f16 only where V is nvfp4");
+  // kOneQ: the same non-exact build where K is nvfp4 too: q enters Q·K^T as one f16, and Q·K^T runs
+  // transposed (S^T = K · Q^T, the chunk's 16 tokens as the MMA's rows, the heads as its 8 columns):
+  // one MMA per k-step instead of one per 8-token tile, and a lane holds heads 2c, 2c+1 (kLaneHeads).
+  constexpr bool kOneQ = kOneP && KF == ElemFormat::kNVFP4;
+  constexpr int kLaneHeads = kOneQ ? 2 : 1;  // softmax states per lane: head g, or heads 2c and 2c+1
   constexpr int D = kHeadDim;
   extern __shared__ uint4 smem_u4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
@@ -405,17 +410,30 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     }
   }
   __syncthreads();  // every staging read done: the fragments may overwrite it
+  // kOneQ: the hi halves alone, as Q^T's B fragments (column = head g; rows 2c, 2c+1 | 2c+8, 2c+9 of
+  // the k-step are the A fragment's columns of the same lane): [kKSteps][32] uint2.
+  uint2* qfrag_t = reinterpret_cast<uint2*>(smem_u4);
 #pragma unroll
   for (int k = 0; k < kQkPerWarp; ++k) {
     const int ks = warp + k * kTcWarps;
-    if (ks < T::kKSteps) qfrag[ks * 32 + lane] = frag[k];
+    if (ks < T::kKSteps) {
+      if constexpr (kOneQ) {
+        qfrag_t[ks * 32 + lane] = make_uint2(frag[k].x, frag[k].z);
+      } else {
+        qfrag[ks * 32 + lane] = frag[k];
+      }
+    }
   }
   __syncthreads();  // qfrag ready
 
   float o[kOT][4];
 #pragma unroll
   for (int nt = 0; nt < kOT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
-  float m_run = -INFINITY, l_run = 0.0f;
+  // The running max and sum of this lane's heads (head g, or kOneQ heads 2c + j); l_run sums only
+  // this lane's tokens until the epilogue.
+  float m_run[kLaneHeads], l_run[kLaneHeads];
+#pragma unroll
+  for (int j = 0; j < kLaneHeads; ++j) m_run[j] = -INFINITY, l_run[j] = 0.0f;
 
   constexpr int kLateIssue = kSteps > 1 ? 1 : 0;
   int read_slot = 0, write_slot = T::kStages - kSteps;  // stage of chunk i, of chunk i + kStages - kSteps
@@ -456,39 +474,63 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     const int rem = end - step_tok;  // valid tokens from the step's first (> 0; may be < kStepTokens)
     step_tok += kTcWarps * kStepTokens;
 
-    // QK: two n-tiles of 8 tokens per chunk; acc[t][0..1] = hi rows, [2..3] = lo rows of head g.
-    // Even and odd k-steps accumulate separately: 4 independent MMA chains of kKSteps/2 instead of 2
-    // of kKSteps (the chain latency, not issue, bounded a warp's step).
-    // Scores of head g at chunk u's tokens 2c, 2c+1 (tile 0) and 8+2c, 9+2c (tile 1), log2 domain.
-    // (Two chunks per step give independent MMA chains already: one chain each, 4 fewer registers.)
-    constexpr bool kTwoChains = T::kQkTwoChains && kSteps == 1;
+    // Scores, log2 domain. kOneQ: s[u][0..1] = token g of chunk u at heads 2c, 2c+1, s[u][2..3] =
+    // token 8+g at the same heads. Otherwise: head g at chunk u's tokens 2c, 2c+1 (tile 0) and 8+2c,
+    // 9+2c (tile 1).
     float s[kSteps][4];
+    if constexpr (kOneQ) {
+      // S^T = K · Q^T: A = the chunk's K (rows g and 8+g: the B registers of both 8-token tiles, as
+      // decoded for the other form), B = Q^T (qfrag_t). Even and odd k-steps accumulate separately.
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      const uint8_t* k_data = st[u];
-      const uint8_t* k_scales = st[u] + T::kKBytes;
-      float acc[2][4];
+      for (int u = 0; u < kSteps; ++u) {
+        const uint8_t* k_data = st[u];
+        const uint8_t* k_scales = st[u] + T::kKBytes;
+        uint32_t kb0[T::kKRegs], kb1[T::kKRegs];
+        load_k_regs<KF, D>(k_data, k_scales, g, c, kb0);
+        load_k_regs<KF, D>(k_data, k_scales, 8 + g, c, kb1);
+        float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        uint32_t kb[T::kKRegs];
-        load_k_regs<KF, D>(k_data, k_scales, 8 * t + g, c, kb);
-        float acc_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < T::kKSteps; ks += 2) {
-          mma16816<T::kQkBf16>(acc[t], qfrag[ks * 32 + lane], kb[2 * ks], kb[2 * ks + 1]);
-          mma16816<T::kQkBf16>(kTwoChains ? acc_odd : acc[t], qfrag[(ks + 1) * 32 + lane], kb[2 * ks + 2],
-                               kb[2 * ks + 3]);
+        for (int ks = 0; ks < T::kKSteps; ++ks) {
+          const uint2 qb = qfrag_t[ks * 32 + lane];
+          mma16816<false>(acc[T::kQkTwoChains ? ks % 2 : 0],
+                          make_uint4(kb0[2 * ks], kb1[2 * ks], kb0[2 * ks + 1], kb1[2 * ks + 1]), qb.x, qb.y);
         }
-        if constexpr (kTwoChains) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) acc[t][j] += acc_odd[j];
-        }
+        for (int j = 0; j < 4; ++j) s[u][j] = (T::kQkTwoChains ? acc[0][j] + acc[1][j] : acc[0][j]) * score_mult;
       }
+    } else {
+      // QK: two n-tiles of 8 tokens per chunk; acc[t][0..1] = hi rows, [2..3] = lo rows of head g.
+      // Even and odd k-steps accumulate separately: 4 independent MMA chains of kKSteps/2 instead of 2
+      // of kKSteps (the chain latency, not issue, bounded a warp's step).
+      // (Two chunks per step give independent MMA chains already: one chain each, 4 fewer registers.)
+      constexpr bool kTwoChains = T::kQkTwoChains && kSteps == 1;
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
+      for (int u = 0; u < kSteps; ++u) {
+        const uint8_t* k_data = st[u];
+        const uint8_t* k_scales = st[u] + T::kKBytes;
+        float acc[2][4];
 #pragma unroll
-        for (int j = 0; j < 2; ++j) s[u][2 * t + j] = (acc[t][j] + acc[t][j + 2]) * score_mult;
+        for (int t = 0; t < 2; ++t) {
+          uint32_t kb[T::kKRegs];
+          load_k_regs<KF, D>(k_data, k_scales, 8 * t + g, c, kb);
+          float acc_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+#pragma unroll
+          for (int ks = 0; ks < T::kKSteps; ks += 2) {
+            mma16816<T::kQkBf16>(acc[t], qfrag[ks * 32 + lane], kb[2 * ks], kb[2 * ks + 1]);
+            mma16816<T::kQkBf16>(kTwoChains ? acc_odd : acc[t], qfrag[(ks + 1) * 32 + lane], kb[2 * ks + 2],
+                                 kb[2 * ks + 3]);
+          }
+          if constexpr (kTwoChains) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[t][j] += acc_odd[j];
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) s[u][2 * t + j] = (acc[t][j] + acc[t][j + 2]) * score_mult;
+        }
       }
     }
     // kHoistV (the few-blocks build of 16-token steps: nvfp4 items of <= 64 tokens, one chunk per
@@ -509,36 +551,54 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
       for (int u = 0; u < kSteps; ++u) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int tok = kTcChunk * u + 8 * (k / 2) + 2 * c + k % 2;
+          const int tok = kTcChunk * u + 8 * (k / 2) + (kOneQ ? g : 2 * c + k % 2);
           if (tok >= rem) s[u][k] = -INFINITY;
         }
       }
     }
     if constexpr (kLateIssue == 1) issue_ahead(i, kSteps - 1);
-    float mx = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[0][2], s[0][3]));
+    // Score k of s[u][k] belongs to lane head kOneQ ? k % 2 : 0; a head's scores are spread over the
+    // 8 lanes of column c (kOneQ, shuffles 4, 8, 16) or the 4 lanes of row g (shuffles 1, 2).
+    float m_new[kLaneHeads], alpha[kLaneHeads], p_sum[kLaneHeads];
 #pragma unroll
-    for (int u = 1; u < kSteps; ++u) mx = fmaxf(mx, fmaxf(fmaxf(s[u][0], s[u][1]), fmaxf(s[u][2], s[u][3])));
-    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-    const float m_new = fmaxf(m_run, mx);  // finite: token 0 of the step is valid
-    const float alpha = fast_exp2(m_run - m_new);
+    for (int j = 0; j < kLaneHeads; ++j) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+#pragma unroll
+        for (int k = j; k < 4; k += kLaneHeads) mx = fmaxf(mx, s[u][k]);
+      }
+#pragma unroll
+      for (int off = kOneQ ? 4 : 1; off < (kOneQ ? 32 : 4); off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, off));
+      m_new[j] = fmaxf(m_run[j], mx);  // finite: token 0 of the step is valid
+      alpha[j] = fast_exp2(m_run[j] - m_new[j]);
+    }
     float p[kSteps][4];
-    float p_sum;
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) p[u][j] = fast_exp2(s[u][j] - m_new);
-      const float sum_u = p[u][0] + p[u][1] + p[u][2] + p[u][3];
-      p_sum = u == 0 ? sum_u : p_sum + sum_u;
+      for (int k = 0; k < 4; ++k) p[u][k] = fast_exp2(s[u][k] - m_new[k % kLaneHeads]);
+#pragma unroll
+      for (int j = 0; j < kLaneHeads; ++j) {
+        float sum_u = 0.0f;
+#pragma unroll
+        for (int k = j; k < 4; k += kLaneHeads) sum_u += p[u][k];
+        p_sum[j] = u == 0 ? sum_u : p_sum[j] + sum_u;
+      }
     }
-    l_run = l_run * alpha + p_sum;
-    m_run = m_new;
+    bool rescale = false;
+#pragma unroll
+    for (int j = 0; j < kLaneHeads; ++j) {
+      l_run[j] = l_run[j] * alpha[j] + p_sum[j];
+      m_run[j] = m_new[j];
+      rescale = rescale || alpha[j] != 1.0f;
+    }
     // (Rescaling every step without the vote, one basic block for QK..PV, measured ~1% slower for
     // nvfp4 d128 on the H200: 427.7 vs 423.7 us at 32 x 32K.)
-    if (__any_sync(0xFFFFFFFFu, alpha != 1.0f)) {
-      // O^T: this thread's columns are heads 2c, 2c+1, whose alpha lanes 8c and 8c+4 hold.
-      const float alpha0 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c);
-      const float alpha1 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c + 4);
+    if (__any_sync(0xFFFFFFFFu, rescale)) {
+      // O^T: this thread's columns are heads 2c, 2c+1 (kOneQ: its own; else lanes 8c and 8c+4 hold them).
+      const float alpha0 = kOneQ ? alpha[0] : __shfl_sync(0xFFFFFFFFu, alpha[0], 8 * c);
+      const float alpha1 = kOneQ ? alpha[kLaneHeads - 1] : __shfl_sync(0xFFFFFFFFu, alpha[0], 8 * c + 4);
 #pragma unroll
       for (int m = 0; m < kOT; ++m) {
         o[m][0] *= alpha0, o[m][1] *= alpha1, o[m][2] *= alpha0, o[m][3] *= alpha1;
@@ -547,7 +607,13 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
       uint4 pa;
-      if constexpr (kOneP) {  // B = P as f16: tokens 2c, 2c+1 | 8+2c, 9+2c of head g
+      if constexpr (kOneQ) {
+        // P^T rows g and 8+g (tokens) at columns 2c, 2c+1 (heads): the m8n8 fragments of P^T's two
+        // 8-token halves, transposed by movmatrix into B = P^T's (tokens 2c, 2c+1 | 8+2c, 9+2c of head g).
+        const __half2 p01 = __floats2half2_rn(p[u][0], p[u][1]), p23 = __floats2half2_rn(p[u][2], p[u][3]);
+        pa.x = movmatrix_trans(*reinterpret_cast<const uint32_t*>(&p01));
+        pa.z = movmatrix_trans(*reinterpret_cast<const uint32_t*>(&p23));
+      } else if constexpr (kOneP) {  // B = P as f16: tokens 2c, 2c+1 | 8+2c, 9+2c of head g
         const __half2 p01 = __floats2half2_rn(p[u][0], p[u][1]), p23 = __floats2half2_rn(p[u][2], p[u][3]);
         pa.x = *reinterpret_cast<const uint32_t*>(&p01);
         pa.z = *reinterpret_cast<const uint32_t*>(&p23);
@@ -567,11 +633,15 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   cp_async_wait<0>();
 
   // ---- epilogue: merge the 4 warps' (m, l, O) ---------------------------------------------------------
-  l_run += __shfl_xor_sync(0xFFFFFFFFu, l_run, 1);
-  l_run += __shfl_xor_sync(0xFFFFFFFFu, l_run, 2);
-  if (c == 0) {
-    m_w[warp * 8 + g] = m_run;
-    l_w[warp * 8 + g] = l_run;
+#pragma unroll
+  for (int j = 0; j < kLaneHeads; ++j) {
+#pragma unroll
+    for (int off = kOneQ ? 4 : 1; off < (kOneQ ? 32 : 4); off *= 2) l_run[j] += __shfl_xor_sync(0xFFFFFFFFu, l_run[j], off);
+    if (kOneQ ? g == 0 : c == 0) {
+      const int h = kOneQ ? 2 * c + j : g;
+      m_w[warp * 8 + h] = m_run[j];
+      l_w[warp * 8 + h] = l_run[j];
+    }
   }
   __syncthreads();  // every warp is done with its stages: the reduction may overwrite them
   // The O^T writes into `red` below are 16-way bank conflicted at head_dim 128 (lanes g, c write rows

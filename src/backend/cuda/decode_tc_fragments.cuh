@@ -150,6 +150,14 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t
   }
 }
 
+// The m8n8 b16 matrix whose fragment this warp holds (lane (g, c): row g, columns 2c, 2c+1), transposed:
+// lane (g, c) gets rows 2c, 2c+1 of column g.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // Two floats -> (hi, lo) packed pairs, hi = round(x), lo = round(x - hi); low half = first value.
 template <bool kBf16>
 __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint32_t& lo) {

@@ -2,7 +2,8 @@
 // quant::quantize_head_vector (rotated first when the cache is), dequantizes those same bytes with
 // quant::dequantize_head_vector, and computes softmax attention in double. The kernel sees exactly
 // the stored values, so what remains is float32 arithmetic (and, where V is nvfp4, p rounded to
-// f16): the tolerance is stated per format below relative to the largest |V| (outputs are convex
+// f16; where K is nvfp4, q rounded to f16, which the oracle models: round_q_as_kernel): the
+// tolerance is stated per format below relative to the largest |V| (outputs are convex
 // combinations of V rows). Outputs are poisoned (NaN bytes) before every run, so an unwritten element fails.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/decode_attention.h"
+#include "backend/cuda/decode_kernel_args.h"  // kMaxGroupPerBlock: the heads that share q's f16 scaling
 #include "backend/cuda/gemv.h"
 #include "backend/cuda_attention/late_writer.h"
 #include "backend/cuda_common/cuda_test_util.h"
@@ -74,6 +76,39 @@ struct RunSpec {
   LateWrite late = LateWrite::kNone;
   bool exact_p = false;  // DecodeAttentionParams::exact_p (the CUDA backend's exact mode)
 };
+
+// x rounded to the nearest f16 (ties to even; |x| < 2^15, subnormals included).
+double round_to_f16(double x) {
+  if (x == 0.0) return x;
+  int e2 = 0;
+  std::frexp(x, &e2);                                // |x| in [2^(e2-1), 2^e2)
+  const int ulp_exp = std::max(e2 - 1, -14) - 10;    // 10 fraction bits; subnormals below 2^-14
+  return std::ldexp(std::nearbyint(std::ldexp(x, -ulp_exp)), ulp_exp);
+}
+
+// Where K is nvfp4 and exact_p is off, the kernel enters q into Q·K^T as one f16
+// (decode_attention_tc.cuh, kOneQ): x = q · q_multiplier · 2^8 in f32, scaled by 2^e so that the
+// largest |x| of the block's heads (one GQA group chunk of kMaxGroupPerBlock heads) is in [2^13,
+// 2^14), rounded to f16. This models that rounding on q of the heads q_head0 .. q_head0 + n - 1
+// (rotated and normalized already where the cache is rotated); q_multiplier as decode_attention.cpp
+// forms it.
+void round_q_as_kernel(double* q, int n, int d, double softmax_scale, double g_k, bool rotated) {
+  constexpr double kLog2e = 1.4426950408889634;
+  const double root_d = std::sqrt(static_cast<double>(d));
+  const float q_multiplier = static_cast<float>(softmax_scale * kLog2e * g_k * (rotated ? 1.0 / root_d : 1.0));
+  const double mult = static_cast<double>(q_multiplier * 256.0f) * (rotated ? root_d : 1.0);
+  std::vector<double> x(static_cast<size_t>(n) * d);
+  double amax = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<float>(q[i] * mult);
+    amax = std::max(amax, std::abs(x[i]));
+  }
+  if (amax == 0) return;
+  int x_exp = 0;
+  std::frexp(amax, &x_exp);
+  const int e = 14 - x_exp;
+  for (size_t i = 0; i < x.size(); ++i) q[i] = std::ldexp(round_to_f16(std::ldexp(x[i], e)), -e) / mult;
+}
 
 // Normalized Walsh–Hadamard in double (the oracle's own, independent of quant::hadamard_inplace).
 void hadamard_f64(std::vector<double>& x) {
@@ -148,14 +183,30 @@ void run_and_compare(const RunSpec& r) {
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 
-  // Oracle: softmax(scale · q·K̂) V̂ in double; with rotation, q is rotated in and the output out.
+  // Oracle: softmax(scale · q·K̂) V̂ in double; with rotation, q is rotated in and the output out
+  // (and where the kernel rounds q to f16, q as it rounds it: round_q_as_kernel).
+  std::vector<double> q_in(q.begin(), q.end());  // [seq][q head][d], rotated where the cache is
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    for (int64_t qh = 0; qh < num_q_heads; ++qh) {
+      std::vector<double> qv(q_in.begin() + (s * num_q_heads + qh) * d, q_in.begin() + (s * num_q_heads + qh + 1) * d);
+      if (r.rotation == Rotation::kHadamard) hadamard_f64(qv);
+      std::copy(qv.begin(), qv.end(), q_in.begin() + (s * num_q_heads + qh) * d);
+    }
+    if (r.dtype == KvDtype::kNVFP4 && !r.exact_p) {
+      for (int64_t kv = 0; kv < r.kv_heads; ++kv) {
+        for (int h0 = 0; h0 < r.group; h0 += detail::kMaxGroupPerBlock) {
+          round_q_as_kernel(q_in.data() + (s * num_q_heads + kv * r.group + h0) * d, std::min(detail::kMaxGroupPerBlock, r.group - h0),
+                            d, static_cast<float>(scale), r.g_k, r.rotation == Rotation::kHadamard);
+        }
+      }
+    }
+  }
   std::vector<double> expected(q.size());
   for (int64_t s = 0; s < num_seqs; ++s) {
     for (int64_t qh = 0; qh < num_q_heads; ++qh) {
       const auto& kh = k_hat[s * r.kv_heads + qh / r.group];
       const auto& vh = v_hat[s * r.kv_heads + qh / r.group];
-      std::vector<double> qv(q.begin() + (s * num_q_heads + qh) * d, q.begin() + (s * num_q_heads + qh + 1) * d);
-      if (r.rotation == Rotation::kHadamard) hadamard_f64(qv);
+      const std::vector<double> qv(q_in.begin() + (s * num_q_heads + qh) * d, q_in.begin() + (s * num_q_heads + qh + 1) * d);
       const int64_t n = r.seq_lens[s];
       std::vector<double> score(n);
       double m = -INFINITY;
