@@ -16,14 +16,20 @@
 //       placement (e2m1_decode.h) times the block scale in f16. The reduction order of head_dim
 //       inside a k-step is free, so every thread reads whole 16-byte pieces of its token's row and
 //       Q's fragments are permuted the same way (k_dim()).
-//   softmax  online, in registers (a quad of lanes holds one head's 16 scores), exp2 domain.
+//       Where K is nvfp4 and the exact mode is off (kOneQ), transposed instead: S^T = K · Q^T with
+//       A = K (the chunk's 16 tokens as rows, the same decoded registers), B = Q^T as one f16 (8
+//       heads as columns, in registers), one MMA per k-step; P^T's B fragments then come from two
+//       movmatrix transposes of the f16 p.
+//   softmax  online, in registers (a quad of lanes holds one head's 16 scores; kOneQ: 8 lanes hold
+//       two heads' scores), exp2 domain; the running max moves only when a score exceeds it by
+//       more than kMaxSlack, so most steps need no cross-lane max and no rescale.
 //   PV  transposed, O^T += V^T · P^T (pv_pair): A = V^T (16 dims × 16 tokens: two V n-tiles),
 //       B = P^T straight from the QK accumulators (hi and lo halves: two MMAs; one f16, one MMA,
 //       where V is nvfp4: kOneP), so O^T takes
 //       head_dim/16 accumulator tiles (32 registers at head_dim 128, half of P in A). Token pairs at
 //       one dim are built with byte permutes, then converted as for K.
 // Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is f32 accumulation
-// and the hi/lo splits of q and p (p rounded once to f16 where V is nvfp4).
+// and the hi/lo splits of q and p (p rounded once to f16 where V is nvfp4, q where K is nvfp4).
 //
 // Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments; aliased
 // by the q staging [8][head_dim] f32 (q_swz layout) in the prologue, the same 32·head_dim bytes), m/l [4 warps][8]
@@ -99,6 +105,11 @@ struct TcTraits {
   static_assert(kStageBytes == kKBytes + kKScaleBytes + kVBytes + kVScaleBytes, "stage layout");
   static_assert(kKScaleBytes % 16 == 0 && kVScaleBytes % 16 == 0, "regions are whole 16-byte pieces");
 };
+
+// How far (log2 domain) a score may exceed the running max before the max moves and O is
+// rescaled: p <= 2^8 stays exact in f16 and far from f32's range. FlashAttention-4 skips rescales
+// the same way.
+inline constexpr float kMaxSlack = 8.0f;
 
 // 2^x on the special-function unit (x <= 0 here; -inf -> 0, results below 2^-126 flush to 0).
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -426,6 +437,15 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   }
   __syncthreads();  // qfrag ready
 
+  // kOneQ: Q^T's B fragments live in registers for the whole loop (2 per k-step: 16 at head_dim 128).
+  // H200, 2026-12-01, graph replays, nvfp4 us, from shared memory at every chunk -> registers: GQA 4
+  // 32 x 32K 348.1 / 346.7 -> 333.8 / 335.4, GQA 8 8 x 128K 349.7 / 350.3 -> 337.2 / 336.7 (126
+  // registers, no spill, at the 4-blocks bound of 128).
+  uint2 q_t[kOneQ ? T::kKSteps : 1];
+  if constexpr (kOneQ) {
+#pragma unroll
+    for (int ks = 0; ks < T::kKSteps; ++ks) q_t[ks] = qfrag_t[ks * 32 + lane];
+  }
   float o[kOT][4];
 #pragma unroll
   for (int nt = 0; nt < kOT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
@@ -480,7 +500,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     float s[kSteps][4];
     if constexpr (kOneQ) {
       // S^T = K · Q^T: A = the chunk's K (rows g and 8+g: the B registers of both 8-token tiles, as
-      // decoded for the other form), B = Q^T (qfrag_t). Even and odd k-steps accumulate separately.
+      // decoded for the other form), B = Q^T (q_t). Even and odd k-steps accumulate separately.
 #pragma unroll
       for (int u = 0; u < kSteps; ++u) {
         const uint8_t* k_data = st[u];
@@ -491,7 +511,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
         float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int ks = 0; ks < T::kKSteps; ++ks) {
-          const uint2 qb = qfrag_t[ks * 32 + lane];
+          const uint2 qb = q_t[ks];
           mma16816<false>(acc[T::kQkTwoChains ? ks % 2 : 0],
                           make_uint4(kb0[2 * ks], kb1[2 * ks], kb0[2 * ks + 1], kb1[2 * ks + 1]), qb.x, qb.y);
         }
@@ -559,43 +579,40 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     if constexpr (kLateIssue == 1) issue_ahead(i, kSteps - 1);
     // Score k of s[u][k] belongs to lane head kOneQ ? k % 2 : 0; a head's scores are spread over the
     // 8 lanes of column c (kOneQ, shuffles 4, 8, 16) or the 4 lanes of row g (shuffles 1, 2).
-    float m_new[kLaneHeads], alpha[kLaneHeads], p_sum[kLaneHeads];
+    // The running max moves only when a score exceeds it by more than kMaxSlack (a lane-local test
+    // and one vote): otherwise p = 2^(s - m_run) <= 2^kMaxSlack is used as is, exact in f32 and in f16
+    // (P·V's operand), and l and O keep their reference m_run. The warp's max and the rescale of O
+    // and l run only when some lane's score outgrows the slack: at the first step and rarely after.
+    float lane_max[kLaneHeads];
+    bool grow = false;
 #pragma unroll
     for (int j = 0; j < kLaneHeads; ++j) {
-      float mx = -INFINITY;
+      lane_max[j] = -INFINITY;
 #pragma unroll
       for (int u = 0; u < kSteps; ++u) {
 #pragma unroll
-        for (int k = j; k < 4; k += kLaneHeads) mx = fmaxf(mx, s[u][k]);
+        for (int k = j; k < 4; k += kLaneHeads) lane_max[j] = fmaxf(lane_max[j], s[u][k]);
       }
-#pragma unroll
-      for (int off = kOneQ ? 4 : 1; off < (kOneQ ? 32 : 4); off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, off));
-      m_new[j] = fmaxf(m_run[j], mx);  // finite: token 0 of the step is valid
-      alpha[j] = fast_exp2(m_run[j] - m_new[j]);
+      grow = grow || lane_max[j] > m_run[j] + kMaxSlack;
     }
-    float p[kSteps][4];
-#pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) p[u][k] = fast_exp2(s[u][k] - m_new[k % kLaneHeads]);
+    // The few-blocks build of 16-token steps serves items of a step or two per warp, whose first step
+    // takes this path anyway: it skips the vote (with it, GQA 4 1 x 1K nvfp4 / fp8 went from 0.993 to
+    // 1.002). H200, 2026-12-01, graph replays, nvfp4 us, every step's max -> the slack: GQA 4 32 x 32K
+    // 360.7 / 361.4 -> 349.2 / 352.3, 8 x 64K 187.4 / 187.9 -> 181.5 / 182.4; bf16, fp8, k8v4 equal.
+    // (Rescaling every step without a vote, one basic block for QK..PV, measured ~1% slower for
+    // nvfp4 d128 on the H200: 427.7 vs 423.7 us at 32 x 32K.)
+    if ((kFewBlocks && kSteps == 1) || __any_sync(0xFFFFFFFFu, grow)) {  // warp-uniform
+      float alpha[kLaneHeads];
 #pragma unroll
       for (int j = 0; j < kLaneHeads; ++j) {
-        float sum_u = 0.0f;
+        float mx = lane_max[j];
 #pragma unroll
-        for (int k = j; k < 4; k += kLaneHeads) sum_u += p[u][k];
-        p_sum[j] = u == 0 ? sum_u : p_sum[j] + sum_u;
+        for (int off = kOneQ ? 4 : 1; off < (kOneQ ? 32 : 4); off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, off));
+        const float m_new = fmaxf(m_run[j], mx);  // finite: token 0 of the first step is valid
+        alpha[j] = fast_exp2(m_run[j] - m_new);
+        m_run[j] = m_new;
+        l_run[j] *= alpha[j];
       }
-    }
-    bool rescale = false;
-#pragma unroll
-    for (int j = 0; j < kLaneHeads; ++j) {
-      l_run[j] = l_run[j] * alpha[j] + p_sum[j];
-      m_run[j] = m_new[j];
-      rescale = rescale || alpha[j] != 1.0f;
-    }
-    // (Rescaling every step without the vote, one basic block for QK..PV, measured ~1% slower for
-    // nvfp4 d128 on the H200: 427.7 vs 423.7 us at 32 x 32K.)
-    if (__any_sync(0xFFFFFFFFu, rescale)) {
       // O^T: this thread's columns are heads 2c, 2c+1 (kOneQ: its own; else lanes 8c and 8c+4 hold them).
       const float alpha0 = kOneQ ? alpha[0] : __shfl_sync(0xFFFFFFFFu, alpha[0], 8 * c);
       const float alpha1 = kOneQ ? alpha[kLaneHeads - 1] : __shfl_sync(0xFFFFFFFFu, alpha[0], 8 * c + 4);
@@ -604,6 +621,21 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
         o[m][0] *= alpha0, o[m][1] *= alpha1, o[m][2] *= alpha0, o[m][3] *= alpha1;
       }
     }
+    float p[kSteps][4], p_sum[kLaneHeads];
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) p[u][k] = fast_exp2(s[u][k] - m_run[k % kLaneHeads]);
+#pragma unroll
+      for (int j = 0; j < kLaneHeads; ++j) {
+        float sum_u = 0.0f;
+#pragma unroll
+        for (int k = j; k < 4; k += kLaneHeads) sum_u += p[u][k];
+        p_sum[j] = u == 0 ? sum_u : p_sum[j] + sum_u;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kLaneHeads; ++j) l_run[j] += p_sum[j];
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
       uint4 pa;
