@@ -75,6 +75,10 @@ struct RunSpec {
   enum class LateWrite { kNone, kLast, kFirst };
   LateWrite late = LateWrite::kNone;
   bool exact_p = false;  // DecodeAttentionParams::exact_p (the CUDA backend's exact mode)
+  // K's magnitude ramps along each sequence: token t of n is scaled by 1 + k_ramp · t / (n - 1)
+  // (k_ramp > 0: the scores' spread, and their running max, grow towards the end), or by
+  // 1 - k_ramp · (1 - t / (n - 1)) (k_ramp < 0: the largest scores come first).
+  float k_ramp = 0.0f;
 };
 
 // x rounded to the nearest f16 (ties to even; |x| < 2^15, subnormals included).
@@ -160,7 +164,9 @@ void run_and_compare(const RunSpec& r) {
         const int64_t slot = t % r.page_size;
         for (int part = 0; part < 2; ++part) {
           const cache::KvPartLayout& L = part == 0 ? kl : vl;
-          const float magnitude = part == 0 ? 0.5f + 2.5f * static_cast<float>(rng() % 1000) / 1000.0f : 1.0f;
+          const float along = r.seq_lens[s] > 1 ? static_cast<float>(t) / static_cast<float>(r.seq_lens[s] - 1) : 0.0f;
+          const float ramp = r.k_ramp >= 0.0f ? 1.0f + r.k_ramp * along : 1.0f - r.k_ramp * (1.0f - along);
+          const float magnitude = part == 0 ? (0.5f + 2.5f * static_cast<float>(rng() % 1000) / 1000.0f) * ramp : 1.0f;
           for (float& e : x) e = normal(rng) * magnitude;
           if (r.rotation == Rotation::kHadamard) quant::hadamard_inplace(x.data(), d);
           const float g = part == 0 ? r.g_k : r.g_v;
@@ -483,6 +489,26 @@ TEST(CudaDecodeExactP, Nvfp4VMatchesTheTightBound) {
         run_and_compare({.dtype = dtype, .head_dim = head_dim, .kv_heads = 2, .group = group, .page_size = 16,
                          .seq_lens = {1, 40, 1000, 4097}, .chunk_variants = {0, 64, 128, 1024},
                          .exact_p = true});
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// The tensor-core kernel moves its running max only when a score exceeds it by more than
+// kMaxSlack (2^8 in p; decode_attention_tc.cuh) and rescales O and l then. With K's magnitude
+// ramping up 16-fold along the sequence the scores' maximum climbs by ~200 (log2) over it, crossing
+// the slack many times, with p up to 2^8 between rescales; ramping down, the first step's max
+// holds to the end. Every tensor-core format, each step build, the exact nvfp4 build.
+TEST(CudaDecodeRunningMax, ScoresThatClimbAndFallAlongTheSequence) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (const KvDtype dtype : {KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4, KvDtype::kK8V4}) {
+    for (const float ramp : {15.0f, -15.0f}) {
+      for (const bool exact : {false, true}) {
+        if (exact && dtype != KvDtype::kNVFP4) continue;
+        run_and_compare({.dtype = dtype, .head_dim = 128, .kv_heads = 2, .group = 4, .page_size = 16,
+                         .seq_lens = {40, 1000, 4097, 20000}, .chunk_variants = {0, 64, 1024}, .exact_p = exact,
+                         .k_ramp = ramp});
         if (HasFailure()) return;
       }
     }
