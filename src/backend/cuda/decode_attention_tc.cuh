@@ -31,7 +31,8 @@
 // Values are exact in f16 (fp8 units; nvfp4 units · 2^-8), so the only rounding is f32 accumulation
 // and the hi/lo splits of q and p (p rounded once to f16 where V is nvfp4, q where K is nvfp4).
 //
-// Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments; aliased
+// Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments; kOneQ:
+// Q^T's B fragments [head_dim/16][32] uint2 in its first half, read once into registers; aliased
 // by the q staging [8][head_dim] f32 (q_swz layout) in the prologue, the same 32·head_dim bytes), m/l [4 warps][8]
 // f32 each, then work: the stages [4 warps][stages][stage] — aliased by the reduction
 // [4 warps][8][head_dim] f32 in the epilogue. The stages never alias the q staging, so the first KV
