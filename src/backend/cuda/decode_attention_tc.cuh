@@ -359,6 +359,13 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   const int n_items = a.seq_work_offset[seq + 1] - a.seq_work_offset[seq];  // epilogue only
 
   // ---- q -> f32 staging (rotated, scaled; q_swz layout), then hi/lo A fragments ------------------------
+  // Tried and reverted for kOneQ without rotation (H200, 2026-12-01): each lane loading only its own
+  // Q^T elements from global memory (32 scalar loads at head_dim 128, every warp the whole block) and
+  // building q_t in registers, with no staging and no barrier. Correct, but slower everywhere
+  // (scattered loads after the wait instead of one coalesced pass): nvfp4 graph replays GQA 4 1 x 1K
+  // 8.8 -> 9.9 us, 1 x 32K 21.6 -> 23.6, 8 x 32K 94.5 -> 98.5, 32 x 32K 336 -> 344. A trace of the
+  // kernel's phases (PERFORMANCE.md, seventeenth round) puts ~3.3 us between the wait and the
+  // staged q at 8 x 32K in the benchmark, where q has left L2.
   // Element i = tid + j·kTcThreads of the [8][D] q block is q_reg[j]. Rotation runs on the natural
   // layout in shared memory; without it the values go from registers straight to the swizzled one.
   const float q_mult = a.q_multiplier * T::kKUnitMult;
