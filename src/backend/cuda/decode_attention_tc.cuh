@@ -188,6 +188,9 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   // one MMA per k-step instead of one per 8-token tile, and a lane holds heads 2c, 2c+1 (kLaneHeads).
   constexpr bool kOneQ = kOneP && KF == ElemFormat::kNVFP4;
   constexpr int kLaneHeads = kOneQ ? 2 : 1;  // softmax states per lane: head g, or heads 2c and 2c+1
+  // The lanes sharing a head's scores differ in lane bits [log2 kFirstLane, log2 kLastLane): the 8
+  // lanes of column c (kOneQ) or the 4 lanes of row g; reductions shuffle over those bits.
+  constexpr int kFirstLane = kOneQ ? 4 : 1, kLastLane = kOneQ ? 32 : 4;
   constexpr int D = kHeadDim;
   extern __shared__ uint4 smem_u4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
@@ -616,7 +619,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
       for (int j = 0; j < kLaneHeads; ++j) {
         float mx = lane_max[j];
 #pragma unroll
-        for (int off = kOneQ ? 4 : 1; off < (kOneQ ? 32 : 4); off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, off));
+        for (int off = kFirstLane; off < kLastLane; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, off));
         const float m_new = fmaxf(m_run[j], mx);  // finite: token 0 of the first step is valid
         alpha[j] = fast_exp2(m_run[j] - m_new);
         m_run[j] = m_new;
@@ -677,7 +680,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
   for (int j = 0; j < kLaneHeads; ++j) {
 #pragma unroll
-    for (int off = kOneQ ? 4 : 1; off < (kOneQ ? 32 : 4); off *= 2) l_run[j] += __shfl_xor_sync(0xFFFFFFFFu, l_run[j], off);
+    for (int off = kFirstLane; off < kLastLane; off *= 2) l_run[j] += __shfl_xor_sync(0xFFFFFFFFu, l_run[j], off);
     if (kOneQ ? g == 0 : c == 0) {
       const int h = kOneQ ? 2 * c + j : g;
       m_w[warp * 8 + h] = m_run[j];

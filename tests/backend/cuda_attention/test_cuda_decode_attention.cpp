@@ -201,8 +201,9 @@ void run_and_compare(const RunSpec& r) {
     if (r.dtype == KvDtype::kNVFP4 && !r.exact_p) {
       for (int64_t kv = 0; kv < r.kv_heads; ++kv) {
         for (int h0 = 0; h0 < r.group; h0 += detail::kMaxGroupPerBlock) {
-          round_q_as_kernel(q_in.data() + (s * num_q_heads + kv * r.group + h0) * d, std::min(detail::kMaxGroupPerBlock, r.group - h0),
-                            d, static_cast<float>(scale), r.g_k, r.rotation == Rotation::kHadamard);
+          const int n = std::min(detail::kMaxGroupPerBlock, r.group - h0);
+          round_q_as_kernel(q_in.data() + (s * num_q_heads + kv * r.group + h0) * d, n, d, static_cast<float>(scale), r.g_k,
+                            r.rotation == Rotation::kHadamard);
         }
       }
     }
@@ -212,7 +213,8 @@ void run_and_compare(const RunSpec& r) {
     for (int64_t qh = 0; qh < num_q_heads; ++qh) {
       const auto& kh = k_hat[s * r.kv_heads + qh / r.group];
       const auto& vh = v_hat[s * r.kv_heads + qh / r.group];
-      const std::vector<double> qv(q_in.begin() + (s * num_q_heads + qh) * d, q_in.begin() + (s * num_q_heads + qh + 1) * d);
+      const auto q_at = q_in.begin() + (s * num_q_heads + qh) * d;
+      const std::vector<double> qv(q_at, q_at + d);
       const int64_t n = r.seq_lens[s];
       std::vector<double> score(n);
       double m = -INFINITY;
