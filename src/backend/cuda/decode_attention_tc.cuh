@@ -240,28 +240,57 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   const cache::KvPartLayout& KL = a.k_layout;
   const cache::KvPartLayout& VL = a.v_layout;
 
-  // Chunk cursor of this warp: its next chunk to copy (tokens cursor_tok .. +15), the page-table entry
-  // and slot of that token, and the page, read ahead of its use. Advancing needs no division; all
-  // offsets inside a page are 32-bit. (The entry as a pointer rather than an index: the index form
-  // recomputed the 64-bit address from seq · max_pages_per_seq at every lookup.)
+  // Chunk cursor of this warp: the first token of its next chunk to copy (cursor_tok) and where that
+  // chunk lies (page, slot), found one of two ways:
+  //  - kPageBatches (nvfp4 d128, whose loop is issue-bound): the pages and slots of the warp's chunks
+  //    come from the page table 32 chunks at a time, one per lane (batch_pages), the next batch read
+  //    when the current one starts, 32 chunks ahead of its use; a copy takes its pair by two shuffles.
+  //    H200, 2026-12-01, graph replays, GQA 4, nvfp4 us, the constant-time advance below -> batches:
+  //    32 x 32K 336.5 / 335.9 -> 327.5 / 326.6, 8 x 32K 94.5 -> 92.2 / 92.1, 8 x 128K 337.3 / 336.6
+  //    -> 328.3 / 327.6, 32 x 4K 53.4 / 53.3 -> 52.5 / 52.3, short shapes equal. The memory-bound
+  //    formats lost with it (fp8 32 x 32K 480.2 -> 491.5, 8 x 128K 483.5 -> 497.6; k8v4 8 x 32K
+  //    108.4 -> 112.8; bf16 equal), so they keep the advance.
+  //  - otherwise a constant-time advance: the page-table entry (a pointer), slot and page of the next
+  //    chunk, the page read ahead of its use; no division, all offsets inside a page 32-bit. (The entry
+  //    as a pointer rather than an index: the index form recomputed the 64-bit address from seq ·
+  //    max_pages_per_seq at every lookup.)
   // ncu, nvfp4 d128, 32 x 32K GQA 4 (H200, 2026-11-30): the copy + cursor code was 155 of 943
   // instructions per 32-token step and 28% of the stall samples (a page walk loop, the page lookup
   // waited for by the next copy, int64 address math). With the constant-time advance, the late second
   // copy, the pointer, the 32-bit page base and the branch-free scale copy: 472 -> 445 instructions
   // per 16 tokens, kernel 420 -> 394 us, DRAM 60 -> 64% (graph replays 424 -> 397 us).
+  constexpr bool kPageBatches = T::kLeanCopy;
   const int page_size = static_cast<int>(KL.page_size);
   const int k_off = static_cast<int>(KL.data_at(kv_head, 0));
   const int ks_off = static_cast<int>(KL.scales_at(kv_head, 0));
   const int v_off = static_cast<int>(VL.data_at(kv_head, 0));
   const int vs_off = static_cast<int>(VL.scales_at(kv_head, 0));
   int cursor_tok = begin + warp * kStepTokens;
-  const int cursor_pidx0 = cursor_tok / page_size;
+  constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);  // to the warp's next step
+  // kPageBatches: lane l's entry of batch b, page and slot of local chunk 32·b + l (page 0, slot 0
+  // past the end: such a chunk is zero-filled, nothing is read).
+  auto batch_pages = [&](int b, int& page, int& slot) {
+    const int j = 32 * b + lane;
+    const int tok = begin + kStepTokens * (warp + kTcWarps * (j / kSteps)) + kTcChunk * (j % kSteps);
+    page = 0, slot = 0;
+    if (tok < end) {
+      const int pidx = tok / page_size;
+      slot = tok - pidx * page_size;
+      page = page_table[pidx];
+    }
+  };
+  int pages_now = 0, slots_now = 0, pages_next = 0, slots_next = 0;
+  if constexpr (kPageBatches) {
+    batch_pages(0, pages_now, slots_now);
+    batch_pages(1, pages_next, slots_next);
+  }
+  // Otherwise: the next chunk's slot, page-table entry and page, and the advance to the warp's next
+  // step in whole pages and remaining slots (page_size is a multiple of 16, so a 16-token advance
+  // wraps exactly).
+  const int cursor_pidx0 = kPageBatches ? 0 : cursor_tok / page_size;
   int cursor_slot = cursor_tok - cursor_pidx0 * page_size;
-  const int32_t* cursor_pt = page_table + cursor_pidx0;  // the page-table entry of cursor_tok
-  int32_t cursor_page = cursor_tok < end ? *cursor_pt : 0;
-  // The advance to the warp's next step (kNextStep tokens) in whole pages and remaining slots: a
-  // constant-time cursor update (page_size is a multiple of 16, so a 16-token advance wraps exactly).
-  constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);
+  const int32_t* cursor_pt = page_table + cursor_pidx0;
+  int32_t cursor_page = !kPageBatches && cursor_tok < end ? *cursor_pt : 0;
   const int next_pages = kNextStep / page_size;
   const int next_slots = kNextStep - next_pages * page_size;
 
@@ -269,15 +298,25 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   LeanCopyLane lean{};
   if constexpr (T::kLeanCopy) lean = lean_copy_lane<T>(lane, k_off, ks_off, v_off, vs_off);
-  // Copies the cursor's chunk into stage `slot`, then advances by `advance` tokens (16 inside a step,
-  // to the warp's next step after its last chunk). A chunk wholly past the end (a step's tail) is
-  // zero-filled from the last page read: its scores are masked and its V is zero.
-  auto issue = [&](int slot, int advance) {
+  // Copies local chunk j (the cursor's) into stage `slot`, then advances the cursor by `advance`
+  // tokens (16 inside a step, to the warp's next step after its last chunk). A chunk wholly past the
+  // end (a step's tail) is zero-filled: its scores are masked and its V is zero.
+  auto issue = [&](int slot, int j, int advance) {
+    int page = cursor_page;
+    if constexpr (kPageBatches) {
+      const int lane_j = j & 31;
+      if (lane_j == 0 && j > 0) {  // warp-uniform: a new batch starts, read the one after it
+        pages_now = pages_next, slots_now = slots_next;
+        batch_pages(j / 32 + 1, pages_next, slots_next);
+      }
+      page = __shfl_sync(0xFFFFFFFFu, pages_now, lane_j);
+      cursor_slot = __shfl_sync(0xFFFFFFFFu, slots_now, lane_j);
+    }
     const int n_valid = min(kTcChunk, end - cursor_tok);
     // 32-bit page index and page size (both checked on the host), one 32 x 32 -> 64-bit multiply:
     // the int64 form cost a sign extension and two more multiplies per pointer.
     const uint8_t* page_base =
-        a.pool + static_cast<uint64_t>(static_cast<uint32_t>(cursor_page)) * static_cast<uint32_t>(a.page_bytes);
+        a.pool + static_cast<uint64_t>(static_cast<uint32_t>(page)) * static_cast<uint32_t>(a.page_bytes);
     uint8_t* st = ring + slot * T::kStageBytes;
     if (T::kLeanCopy && n_valid == kTcChunk) {  // warp-uniform
       lean_copy_chunk<T>(ring_s + slot * T::kStageBytes, page_base, static_cast<uint32_t>(cursor_slot), lean);
@@ -286,21 +325,23 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     } else {
       copy_chunk<T, false>(st, page_base, cursor_slot, k_off, ks_off, v_off, vs_off, n_valid, lane);
     }
-    // Constant time (advance is kTcChunk or kNextStep after unrolling): a page walk loop here took
-    // 2 (page 64) to 7 (page 16) iterations per step.
-    const bool next_step = advance != kTcChunk;
     cursor_tok += advance;
-    cursor_slot += next_step ? next_slots : kTcChunk;
-    cursor_pt += next_step ? next_pages : 0;
-    bool new_page = next_step && next_pages > 0;
-    if (cursor_slot >= page_size) {
-      cursor_slot -= page_size;
-      ++cursor_pt;
-      new_page = true;
+    if constexpr (!kPageBatches) {
+      // Constant time (advance is kTcChunk or kNextStep after unrolling): a page walk loop here took
+      // 2 (page 64) to 7 (page 16) iterations per step.
+      const bool next_step = advance != kTcChunk;
+      cursor_slot += next_step ? next_slots : kTcChunk;
+      cursor_pt += next_step ? next_pages : 0;
+      bool new_page = next_step && next_pages > 0;
+      if (cursor_slot >= page_size) {
+        cursor_slot -= page_size;
+        ++cursor_pt;
+        new_page = true;
+      }
+      // A later page: look it up now, ahead of its use (tokens only grow: once past the end, no
+      // chunk reads a page again).
+      if (new_page && cursor_tok < end) cursor_page = *cursor_pt;
     }
-    // A later page: look it up now, ahead of its use (tokens only grow: once past the end, no chunk
-    // reads a page again).
-    if (new_page && cursor_tok < end) cursor_page = *cursor_pt;
   };
   // Token advance after local chunk j: the next chunk of the step, or the first of the warp's next step.
   auto advance_after = [](int j) { return (j % kSteps) == kSteps - 1 ? kNextStep : kTcChunk; };
@@ -328,7 +369,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
   for (int s = 0; s < kPrologue; ++s) {
     if (s < n_early) {
-      issue(s, advance_after(s));
+      issue(s, s, advance_after(s));
       cp_async_commit();
     }
   }
@@ -355,7 +396,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
   for (int s = 0; s < kPrologue; ++s) {
     if (s >= n_early) {
-      if (s < kPrologue - kDefer && s < n_local) issue(s, advance_after(s));
+      if (s < kPrologue - kDefer && s < n_local) issue(s, s, advance_after(s));
       cp_async_commit();
     }
   }
@@ -471,7 +512,8 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   int step_tok = begin + warp * kStepTokens;           // first token of the current step
   // Copies of the chunks kStages - kSteps ahead, one commit group each: local chunk i + kStages - kSteps + u.
   auto issue_ahead = [&](int i, int u) {
-    if (i + T::kStages - kSteps + u < n_local) issue(write_slot, advance_after(T::kStages - kSteps + u));
+    if (i + T::kStages - kSteps + u < n_local)
+      issue(write_slot, i + T::kStages - kSteps + u, advance_after(T::kStages - kSteps + u));
     write_slot = write_slot + 1 == T::kStages ? 0 : write_slot + 1;
     cp_async_commit();
   };
@@ -481,7 +523,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     if (kDefer > 0 && i == 0) {
 #pragma unroll
       for (int s = T::kStages - kSteps - kDefer; s < T::kStages - kSteps; ++s) {
-        if (s < n_local) issue(s, advance_after(s));
+        if (s < n_local) issue(s, s, advance_after(s));
         cp_async_commit();
       }
     }
