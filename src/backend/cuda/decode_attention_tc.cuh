@@ -250,7 +250,9 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   //    32 x 32K 336.5 / 335.9 -> 327.5 / 326.6, 8 x 32K 94.5 -> 92.2 / 92.1, 8 x 128K 337.3 / 336.6
   //    -> 328.3 / 327.6, 32 x 4K 53.4 / 53.3 -> 52.5 / 52.3, short shapes equal. The memory-bound
   //    formats lost with it (fp8 32 x 32K 480.2 -> 491.5, 8 x 128K 483.5 -> 497.6; k8v4 8 x 32K
-  //    108.4 -> 112.8; bf16 equal), so they keep the advance.
+  //    108.4 -> 112.8; bf16 equal), so they keep the advance. The batch in shared memory (one
+  //    broadcast load per copy instead of two shuffles and their convergence check) measured
+  //    slower: 32 x 32K 312.1 -> 314.1 us, 8 x 32K 88.8 -> 89.1.
   //  - otherwise a constant-time advance: the page-table entry (a pointer), slot and page of the next
   //    chunk, the page read ahead of its use; no division, all offsets inside a page 32-bit. (The entry
   //    as a pointer rather than an index: the index form recomputed the 64-bit address from seq ·
@@ -521,9 +523,18 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   for (int nt = 0; nt < kOT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
   // The running max and sum of this lane's heads (head g, or kOneQ heads 2c + j); l_run sums only
   // this lane's tokens until the epilogue.
-  float m_run[kLaneHeads], l_run[kLaneHeads];
+  // m_run is kept in the scores' own unit (Q·K^T with q scaled by q_pow = 2^e, score_mult = 2^-e
+  // back to the log2 domain) and neg_m = -m_run · score_mult: each p is one FFMA and one exp2, and
+  // every value is as with the scores scaled first (powers of two commute with rounding). 4 FMULs
+  // fewer per 16 tokens; with the p sums started from the first p (no 0 + p) and two V row
+  // addresses instead of four (nvfp4_v_words): H200, 2026-12-01, graph replays, nvfp4 us, GQA 4
+  // 32 x 32K 318.8 / 320.0 -> 311.8 / 312.4, 8 x 32K 90.2 / 90.4 -> 88.7 / 88.9, 8 x 128K 319.6 /
+  // 320.1 -> 313.2 / 313.4; GQA 8 256 x 32K 2368 / 2367 -> 2325 / 2322; bf16, fp8, k8v4 equal.
+  // (The fourteenth round measured the folding alone within noise, on a longer loop.)
+  float m_run[kLaneHeads], l_run[kLaneHeads], neg_m[kLaneHeads];
 #pragma unroll
-  for (int j = 0; j < kLaneHeads; ++j) m_run[j] = -INFINITY, l_run[j] = 0.0f;
+  for (int j = 0; j < kLaneHeads; ++j) m_run[j] = -INFINITY, l_run[j] = 0.0f, neg_m[j] = INFINITY;
+  const float slack = kMaxSlack * q_pow;  // kMaxSlack in the scores' unit
 
   constexpr int kLateIssue = kSteps > 1 ? 1 : 0;
   int read_slot = 0, write_slot = T::kStages - kSteps;  // stage of chunk i, of chunk i + kStages - kSteps
@@ -590,9 +601,9 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     const int rem = end - step_tok;  // valid tokens from the step's first (> 0; may be < kStepTokens)
     step_tok += kTcWarps * kStepTokens;
 
-    // Scores, log2 domain. kOneQ: s[u][0..1] = token g of chunk u at heads 2c, 2c+1, s[u][2..3] =
-    // token 8+g at the same heads. Otherwise: head g at chunk u's tokens 2c, 2c+1 (tile 0) and 8+2c,
-    // 9+2c (tile 1).
+    // Scores, log2 domain times 2^e (m_run above). kOneQ: s[u][0..1] = token g of chunk u at heads
+    // 2c, 2c+1, s[u][2..3] = token 8+g at the same heads. Otherwise: head g at chunk u's tokens 2c,
+    // 2c+1 (tile 0) and 8+2c, 9+2c (tile 1).
     float s[kSteps][4];
     if constexpr (kOneQ) {
       // S^T = K · Q^T: A = the chunk's K (rows g and 8+g: the B registers of both 8-token tiles, as
@@ -613,7 +624,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
                           make_uint4(kb0[2 * ks], kb1[2 * ks], kb0[2 * ks + 1], kb1[2 * ks + 1]), qb.x, qb.y);
         }
 #pragma unroll
-        for (int j = 0; j < 4; ++j) s[u][j] = (T::kQkTwoChains ? acc[0][j] + acc[1][j] : acc[0][j]) * score_mult;
+        for (int j = 0; j < 4; ++j) s[u][j] = T::kQkTwoChains ? acc[0][j] + acc[1][j] : acc[0][j];
       }
     } else {
       // QK: two n-tiles of 8 tokens per chunk; acc[t][0..1] = hi rows, [2..3] = lo rows of head g.
@@ -646,7 +657,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
 #pragma unroll
-          for (int j = 0; j < 2; ++j) s[u][2 * t + j] = (acc[t][j] + acc[t][j + 2]) * score_mult;
+          for (int j = 0; j < 2; ++j) s[u][2 * t + j] = acc[t][j] + acc[t][j + 2];
         }
       }
     }
@@ -677,9 +688,10 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     // Score k of s[u][k] belongs to lane head kOneQ ? k % 2 : 0; a head's scores are spread over the
     // 8 lanes of column c (kOneQ, shuffles 4, 8, 16) or the 4 lanes of row g (shuffles 1, 2).
     // The running max moves only when a score exceeds it by more than kMaxSlack (a lane-local test
-    // and one vote): otherwise p = 2^(s - m_run) <= 2^kMaxSlack is used as is, exact in f32 and in f16
-    // (P·V's operand), and l and O keep their reference m_run. The warp's max and the rescale of O
-    // and l run only when some lane's score outgrows the slack: at the first step and rarely after.
+    // and one vote): otherwise p = 2^((s - m_run) · 2^-e) <= 2^kMaxSlack is used as is, exact in f32
+    // and in f16 (P·V's operand), and l and O keep their reference m_run. The warp's max and the
+    // rescale of O and l run only when some lane's score outgrows the slack: at the first step and
+    // rarely after.
     float lane_max[kLaneHeads];
     bool grow = false;
 #pragma unroll
@@ -690,7 +702,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
         for (int k = j; k < 4; k += kLaneHeads) lane_max[j] = fmaxf(lane_max[j], s[u][k]);
       }
-      grow = grow || lane_max[j] > m_run[j] + kMaxSlack;
+      grow = grow || lane_max[j] > m_run[j] + slack;
     }
     // The few-blocks build of 16-token steps serves items of a step or two per warp, whose first step
     // takes this path anyway: it skips the vote (with it, GQA 4 1 x 1K nvfp4 / fp8 went from 0.993 to
@@ -706,8 +718,9 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
         for (int off = kFirstLane; off < kLastLane; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, off));
         const float m_new = fmaxf(m_run[j], mx);  // finite: token 0 of the first step is valid
-        alpha[j] = fast_exp2(m_run[j] - m_new);
+        alpha[j] = fast_exp2((m_run[j] - m_new) * score_mult);
         m_run[j] = m_new;
+        neg_m[j] = -m_new * score_mult;
         l_run[j] *= alpha[j];
       }
       // O^T: this thread's columns are heads 2c, 2c+1 (kOneQ: its own; else lanes 8c and 8c+4 hold them).
@@ -722,12 +735,12 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) p[u][k] = fast_exp2(s[u][k] - m_run[k % kLaneHeads]);
+      for (int k = 0; k < 4; ++k) p[u][k] = fast_exp2(fmaf(s[u][k], score_mult, neg_m[k % kLaneHeads]));
 #pragma unroll
       for (int j = 0; j < kLaneHeads; ++j) {
-        float sum_u = 0.0f;
+        float sum_u = p[u][j];  // not 0 + p: that add is kept (signed zeros)
 #pragma unroll
-        for (int k = j; k < 4; k += kLaneHeads) sum_u += p[u][k];
+        for (int k = j + kLaneHeads; k < 4; k += kLaneHeads) sum_u += p[u][k];
         p_sum[j] = u == 0 ? sum_u : p_sum[j] + sum_u;
       }
     }
@@ -773,7 +786,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     for (int off = kFirstLane; off < kLastLane; off *= 2) l_run[j] += __shfl_xor_sync(0xFFFFFFFFu, l_run[j], off);
     if (kOneQ ? g == 0 : c == 0) {
       const int h = kOneQ ? 2 * c + j : g;
-      m_w[warp * 8 + h] = m_run[j];
+      m_w[warp * 8 + h] = m_run[j] * score_mult;
       l_w[warp * 8 + h] = l_run[j];
     }
   }

@@ -202,16 +202,20 @@ __device__ __forceinline__ void nvfp4_v_words(const uint8_t* v_data, int c, int 
   constexpr int kGBytes = kRow / 8;
   constexpr int kWords = kGBytes / 4;  // 8 dims per word
   static_assert(kWords == kNvfp4VWords<kHeadDim>, "words per thread");
-  const int rows[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+  // Rows 2c + 8 and 2c + 9 lie 8 rows after 2c and 2c + 1, and v_swz keeps that distance (its XOR
+  // depends on the row modulo 8): two lane addresses and an offset instead of four addresses.
+  const uint8_t* row_at[2] = {v_data + v_swz<kRow>(2 * c * kRow + g * kGBytes),
+                              v_data + v_swz<kRow>((2 * c + 1) * kRow + g * kGBytes)};
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
+    const uint8_t* at = row_at[r % 2] + (r / 2) * 8 * kRow;
     if constexpr (kWords == 1) {
-      w[r][0] = *reinterpret_cast<const uint32_t*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+      w[r][0] = *reinterpret_cast<const uint32_t*>(at);
     } else if constexpr (kWords == 2) {
-      const uint2 x = *reinterpret_cast<const uint2*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+      const uint2 x = *reinterpret_cast<const uint2*>(at);
       w[r][0] = x.x, w[r][1] = x.y;
     } else {
-      const uint4 x = *reinterpret_cast<const uint4*>(v_data + v_swz<kRow>(rows[r] * kRow + g * kGBytes));
+      const uint4 x = *reinterpret_cast<const uint4*>(at);
       w[r][0] = x.x, w[r][1] = x.y, w[r][2] = x.z, w[r][3] = x.w;
     }
   }
