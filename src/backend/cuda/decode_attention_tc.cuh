@@ -357,8 +357,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
       }
       const int page = __shfl_sync(0xFFFFFFFFu, pages_now, lane_j);
       const int page_slot = __shfl_sync(0xFFFFFFFFu, slots_now, lane_j);
-      const uint8_t* page_base =
-          a.pool + static_cast<uint64_t>(static_cast<uint32_t>(page)) * static_cast<uint32_t>(a.page_bytes);
+      const uint8_t* page_base = page_address(a.pool, static_cast<uint32_t>(page), static_cast<uint32_t>(a.page_bytes));
       lean_copy_chunk<T>(ring_s + slot * T::kStageBytes, page_base, static_cast<uint32_t>(page_slot), lean);
       cursor_tok += advance;
     }
@@ -665,7 +664,9 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     // warp, registers of 3 blocks): V decoded now, so that its integer work overlaps Q·K^T's MMAs
     // and the softmax instead of following them. H200, 2026-11-30, graph replays, fp8 / nvfp4 us,
     // GQA 4: 1 x 1K 8.0 / 8.0 -> 8.0 / 7.9 (0.995 -> 0.979-0.984), 1 x 768 7.7 / 7.8 -> 7.7 / 7.7
-    // (1.011 -> 0.997-0.999); GQA 8 1 x 1K 0.985 -> 0.976-0.978.
+    // (1.011 -> 0.997-0.999); GQA 8 1 x 1K 0.985 -> 0.976-0.978. In the main build (its steady
+    // steps, chunk 0 of each step) it spilled 20 bytes at 128 registers and was slower: 32 x 32K
+    // 311.6 -> 328.2 us, 8 x 32K 88.9 -> 93.7 (H200, 2026-12-01).
     constexpr bool kHoistV = kSteps == 1 && kFewBlocks && VF == ElemFormat::kNVFP4;
     uint32_t vb[kHoistV ? D / 16 : 1][4];
     if constexpr (kHoistV) {
