@@ -346,12 +346,17 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
       if (new_page && cursor_tok < end) cursor_page = *cursor_pt;
     }
   };
-  // issue for a chunk known to be full (the steady steps below): no partial-chunk branch.
-  auto issue_full = [&](int slot, int j, int advance) {
+  // issue for a chunk known to be full (the steady steps below): no partial-chunk branch, and the
+  // cursor is not advanced (the steady loop sets it when it ends). may_switch: j can be a multiple
+  // of 32 (known per unrolled copy: j modulo kSteps is fixed in a step). Those two and the step's
+  // token count also left to the loop's end: H200, 2026-12-01, graph replays, nvfp4 us, 32 x 32K
+  // 307.9 / 310.5 -> 305.1 / 305.7, 8 x 32K 87.8 / 88.4 -> 87.2 / 87.6, 8 x 128K 309.2 / 311.7 ->
+  // 307.1 / 309.2.
+  auto issue_full = [&](int slot, int j, bool may_switch) {
     static_assert(!kPageBatches || T::kLeanCopy, "the steady steps copy by lean_copy_chunk");
     if constexpr (kPageBatches) {
       const int lane_j = j & 31;
-      if (lane_j == 0) {  // warp-uniform: a new batch starts (j > 0 here), read the one after it
+      if (may_switch && lane_j == 0) {  // warp-uniform: a new batch starts (j > 0 here), read the one after it
         pages_now = pages_next, slots_now = slots_next;
         batch_pages(j / 32 + 1, pages_next, slots_next);
       }
@@ -359,7 +364,6 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
       const int page_slot = __shfl_sync(0xFFFFFFFFu, slots_now, lane_j);
       const uint8_t* page_base = page_address(a.pool, static_cast<uint32_t>(page), static_cast<uint32_t>(a.page_bytes));
       lean_copy_chunk<T>(ring_s + slot * T::kStageBytes, page_base, static_cast<uint32_t>(page_slot), lean);
-      cursor_tok += advance;
     }
   };
   // Token advance after local chunk j: the next chunk of the step, or the first of the warp's next step.
@@ -543,7 +547,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   auto issue_ahead = [&](int i, int u, auto steady) {
     const int j = i + T::kStages - kSteps + u;
     if constexpr (decltype(steady)::value) {
-      issue_full(write_slot, j, advance_after(T::kStages - kSteps + u));
+      issue_full(write_slot, j, (T::kStages - kSteps + u) % kSteps == 0);  // i is a multiple of kSteps
     } else {
       if (j < n_local) issue(write_slot, j, advance_after(T::kStages - kSteps + u));
     }
@@ -598,7 +602,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
       read_slot = read_slot + 1 == T::kStages ? 0 : read_slot + 1;
     }
     const int rem = end - step_tok;  // valid tokens from the step's first (> 0; may be < kStepTokens)
-    step_tok += kTcWarps * kStepTokens;
+    if (!kSteady) step_tok += kTcWarps * kStepTokens;
 
     // Scores, log2 domain times 2^e (m_run above). kOneQ: s[u][0..1] = token g of chunk u at heads
     // 2c, 2c+1, s[u][2..3] = token 8+g at the same heads. Otherwise: head g at chunk u's tokens 2c,
@@ -776,6 +780,13 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   int i = 0;
   if constexpr (kSteadySteps) {
     for (; i < steady_end; i += kSteps) run_step(i, std::true_type{});
+    // The cursors the checked steps go on from: step i's first token, and that of chunk i + kStages
+    // - kSteps (the next to copy).
+    auto chunk_tok = [&](int j) {
+      return begin + kStepTokens * (warp + kTcWarps * (j / kSteps)) + kTcChunk * (j % kSteps);
+    };
+    step_tok = chunk_tok(i);
+    cursor_tok = chunk_tok(i + T::kStages - kSteps);
   }
   for (; i < n_local; i += kSteps) run_step(i, std::false_type{});
   cp_async_wait<0>();
