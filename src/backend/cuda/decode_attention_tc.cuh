@@ -270,11 +270,14 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   const int vs_off = static_cast<int>(VL.scales_at(kv_head, 0));
   int cursor_tok = begin + warp * kStepTokens;
   constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);  // to the warp's next step
+  // First token of this warp's local chunk j (chunk j % kSteps of its step j / kSteps).
+  auto chunk_tok = [&](int j) {
+    return begin + kStepTokens * (warp + kTcWarps * (j / kSteps)) + kTcChunk * (j % kSteps);
+  };
   // kPageBatches: lane l's entry of batch b, page and slot of local chunk 32·b + l (page 0, slot 0
   // past the end: such a chunk is zero-filled, nothing is read).
   auto batch_pages = [&](int b, int& page, int& slot) {
-    const int j = 32 * b + lane;
-    const int tok = begin + kStepTokens * (warp + kTcWarps * (j / kSteps)) + kTcChunk * (j % kSteps);
+    const int tok = chunk_tok(32 * b + lane);
     page = 0, slot = 0;
     if (tok < end) {
       const int pidx = tok / page_size;
@@ -356,13 +359,14 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     static_assert(!kPageBatches || T::kLeanCopy, "the steady steps copy by lean_copy_chunk");
     if constexpr (kPageBatches) {
       const int lane_j = j & 31;
-      if (may_switch && lane_j == 0) {  // warp-uniform: a new batch starts (j > 0 here), read the one after it
+      if (may_switch && lane_j == 0) {  // warp-uniform: a new batch starts (j > 0 here), read the next
         pages_now = pages_next, slots_now = slots_next;
         batch_pages(j / 32 + 1, pages_next, slots_next);
       }
       const int page = __shfl_sync(0xFFFFFFFFu, pages_now, lane_j);
       const int page_slot = __shfl_sync(0xFFFFFFFFu, slots_now, lane_j);
-      const uint8_t* page_base = page_address(a.pool, static_cast<uint32_t>(page), static_cast<uint32_t>(a.page_bytes));
+      const uint8_t* page_base =
+          page_address(a.pool, static_cast<uint32_t>(page), static_cast<uint32_t>(a.page_bytes));
       lean_copy_chunk<T>(ring_s + slot * T::kStageBytes, page_base, static_cast<uint32_t>(page_slot), lean);
     }
   };
@@ -543,7 +547,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   int read_slot = 0, write_slot = T::kStages - kSteps;  // stage of chunk i, of chunk i + kStages - kSteps
   int step_tok = begin + warp * kStepTokens;           // first token of the current step
   // Copies of the chunks kStages - kSteps ahead, one commit group each: local chunk i + kStages - kSteps + u.
-  // kSteady: the chunk is known to exist and to be full (steady_steps below), no checks.
+  // steady (std::true_type in the steady steps below): the chunk is known to exist and to be full.
   auto issue_ahead = [&](int i, int u, auto steady) {
     const int j = i + T::kStages - kSteps + u;
     if constexpr (decltype(steady)::value) {
@@ -782,9 +786,6 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     for (; i < steady_end; i += kSteps) run_step(i, std::true_type{});
     // The cursors the checked steps go on from: step i's first token, and that of chunk i + kStages
     // - kSteps (the next to copy).
-    auto chunk_tok = [&](int j) {
-      return begin + kStepTokens * (warp + kTcWarps * (j / kSteps)) + kTcChunk * (j % kSteps);
-    };
     step_tok = chunk_tok(i);
     cursor_tok = chunk_tok(i + T::kStages - kSteps);
   }
