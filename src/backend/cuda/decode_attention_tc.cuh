@@ -63,77 +63,12 @@
 #include "backend/cuda/decode_attention.cuh"  // cp.async helpers, hadamard_rows_smem
 #include "backend/cuda/decode_kernel_args.h"
 #include "backend/cuda/decode_tc_fragments.cuh"  // K / V^T fragments, MMAs
+#include "backend/cuda/decode_tc_traits.cuh"     // TcTraits, kMaxSlack, fast_exp2, q_swz
 #include "backend/cuda/decode_tile_copy.cuh"
 
 namespace nibble::cuda::detail {
 
 using quant::ElemFormat;
-
-template <ElemFormat KF, ElemFormat VF, int kHeadDim>
-struct TcTraits {
-  static constexpr int kKRow = static_cast<int>(quant::data_bytes(KF, kHeadDim));
-  static constexpr int kKScaleRow = static_cast<int>(quant::scale_bytes(KF, kHeadDim));
-  static constexpr int kVRow = static_cast<int>(quant::data_bytes(VF, kHeadDim));
-  static constexpr int kVScaleRow = static_cast<int>(quant::scale_bytes(VF, kHeadDim));
-  static constexpr int kKBytes = kTcChunk * kKRow;
-  static constexpr int kKScaleBytes = kTcChunk * kKScaleRow;
-  static constexpr int kVBytes = kTcChunk * kVRow;
-  static constexpr int kVScaleBytes = kTcChunk * kVScaleRow;
-  static constexpr TcGeometry kGeo = tc_geometry(KF, VF, kHeadDim);
-  static constexpr int kStageBytes = kGeo.stage_bytes;
-  static constexpr int kStages = kGeo.stages;
-  static constexpr int kSmemBytes = kGeo.smem_bytes;
-  static constexpr int kMinBlocks = kGeo.blocks_per_sm;
-  static constexpr int kKSteps = kHeadDim / 16;  // QK k-steps
-  static constexpr int kKRegs = kHeadDim / 8;    // B registers of one token's K (2 per k-step)
-  static constexpr int kNTiles = kHeadDim / 8;   // PV n-tiles (8 dims each)
-  static constexpr int kQFragBytes = kKSteps * 32 * 16;
-  static constexpr bool kQkBf16 = KF == ElemFormat::kBF16;
-  static constexpr bool kPvBf16 = VF == ElemFormat::kBF16;
-  // Full chunks take the copy path without size arithmetic; bf16 head_dim 256 (2 blocks/SM, 255
-  // registers) keeps the single path, the second one made it spill.
-  static constexpr bool kFastCopy = !(KF == ElemFormat::kBF16 && kHeadDim == 256);
-  // nvfp4 head_dim 128 (64-byte data rows, 8-byte scale rows): full chunks are copied with per-lane
-  // 32-bit offsets fixed for the whole loop (lean_copy): 5 cp.async per lane and a few adds.
-  static constexpr bool kLeanCopy = KF == ElemFormat::kNVFP4 && VF == ElemFormat::kNVFP4 && kHeadDim == 128;
-  // QK in two MMA chains (even / odd k-steps): shorter dependency chains, 4 more registers (head_dim
-  // 256 would spill). Since O is kept transposed (pv_pair, 32 registers at head_dim 128) every format
-  // has them to spare, fp8/fp8 included.
-  static constexpr bool kQkTwoChains = kHeadDim <= 128;
-  // Stored unit values are scaled into f16 by these powers of two (nvfp4: unit · 2^-8).
-  static constexpr float kKUnitMult = KF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
-  static constexpr float kVUnitMult = VF == ElemFormat::kNVFP4 ? 256.0f : 1.0f;
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim must be 64, 128 or 256");
-  static_assert(kStageBytes == kKBytes + kKScaleBytes + kVBytes + kVScaleBytes, "stage layout");
-  static_assert(kKScaleBytes % 16 == 0 && kVScaleBytes % 16 == 0, "regions are whole 16-byte pieces");
-};
-
-// How far (log2 domain) a score may exceed the running max before the max moves and O is
-// rescaled: p <= 2^8 stays exact in f16 and far from f32's range. FlashAttention-4 skips rescales
-// the same way.
-inline constexpr float kMaxSlack = 8.0f;
-
-// 2^x on the special-function unit (x <= 0 here; -inf -> 0, results below 2^-126 flush to 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// ---- q staging swizzle (float offset of head h, dim d in the [8][D] f32 staging) ---------------------
-// The Q-fragment build has lane (g, c) read head g at dim k_dim(c, ..): with rows of D floats all
-// lanes of one read hit one bank modulo 32 — 32-way conflicts for nvfp4 (dims 32c apart), 16-way fp8,
-// 8-way bf16. XOR the dim's bits 0-2 with the head and bits 3-4 with its bits 5-6 (c for nvfp4, c/2
-// for fp8): every fragment read is conflict-free, and so are the staging writes (32 consecutive dims
-// of one head). Each row stays a permutation of itself.
-// Measured on the H200 (2026-11-30, graph replays, bench_decode_attention, GQA 4, bf16 / fp8 / nvfp4
-// us): 1 x 1K 9.4 / 9.0 / 9.1 -> 9.1 / 8.6 / 8.5, 1 x 4K 12.1 / 11.3 / 11.3 -> 11.9 / 11.1 / 10.7,
-// 1 x 16K 24.3 / 16.7 / 16.7 -> 24.4 / 16.5 / 15.9, 8 x 1K 17.8 / 13.7 / 13.7 -> 17.7 / 13.5 / 12.8:
-// the fragment build is on every block's path to its first MMA, so short items feel it.
-template <int kHeadDim>
-__device__ __forceinline__ int q_swz(int h, int d) {
-  return h * kHeadDim + (d ^ (h & 7) ^ (((d >> 5) & 3) << 3));
-}
 
 // kSteps: 16-token chunks per warp step (1 or 2, tc_steps): warp w takes chunks kSteps·w ..
 // kSteps·w + kSteps - 1, then kSteps·(w + 4) ..; one softmax, one rescale vote and one ring wait per
@@ -244,8 +179,9 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   // Chunk cursor of this warp: the first token of its next chunk to copy (cursor_tok) and where that
   // chunk lies (page, slot), found one of two ways:
   //  - kPageBatches (nvfp4 d128, whose loop is issue-bound): the pages and slots of the warp's chunks
-  //    come from the page table 32 chunks at a time, one per lane (batch_pages), the next batch read
-  //    when the current one starts, 32 chunks ahead of its use; a copy takes its pair by two shuffles.
+  //    come from the page table 32 chunks at a time, one per lane (ChunkPageBatches in
+  //    decode_tile_copy.cuh), the next batch read when the current one starts, 32 chunks ahead of
+  //    its use; a copy takes its pair by two shuffles.
   //    H200, 2026-12-01, graph replays, GQA 4, nvfp4 us, the constant-time advance below -> batches:
   //    32 x 32K 336.5 / 335.9 -> 327.5 / 326.6, 8 x 32K 94.5 -> 92.2 / 92.1, 8 x 128K 337.3 / 336.6
   //    -> 328.3 / 327.6, 32 x 4K 53.4 / 53.3 -> 52.5 / 52.3, short shapes equal. The memory-bound
@@ -270,26 +206,8 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   const int vs_off = static_cast<int>(VL.scales_at(kv_head, 0));
   int cursor_tok = begin + warp * kStepTokens;
   constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);  // to the warp's next step
-  // First token of this warp's local chunk j (chunk j % kSteps of its step j / kSteps).
-  auto chunk_tok = [&](int j) {
-    return begin + kStepTokens * (warp + kTcWarps * (j / kSteps)) + kTcChunk * (j % kSteps);
-  };
-  // kPageBatches: lane l's entry of batch b, page and slot of local chunk 32·b + l (page 0, slot 0
-  // past the end: such a chunk is zero-filled, nothing is read).
-  auto batch_pages = [&](int b, int& page, int& slot) {
-    const int tok = chunk_tok(32 * b + lane);
-    page = 0, slot = 0;
-    if (tok < end) {
-      const int pidx = tok / page_size;
-      slot = tok - pidx * page_size;
-      page = page_table[pidx];
-    }
-  };
-  int pages_now = 0, slots_now = 0, pages_next = 0, slots_next = 0;
-  if constexpr (kPageBatches) {
-    batch_pages(0, pages_now, slots_now);
-    batch_pages(1, pages_next, slots_next);
-  }
+  ChunkPageBatches<kSteps> batches{page_table, page_size, begin, end, warp, lane};
+  if constexpr (kPageBatches) batches.start();
   // Otherwise: the next chunk's slot, page-table entry and page, and the advance to the warp's next
   // step in whole pages and remaining slots (page_size is a multiple of 16, so a 16-token advance
   // wraps exactly).
@@ -309,15 +227,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   // end (a step's tail) is zero-filled: its scores are masked and its V is zero.
   auto issue = [&](int slot, int j, int advance) {
     int page = cursor_page;
-    if constexpr (kPageBatches) {
-      const int lane_j = j & 31;
-      if (lane_j == 0 && j > 0) {  // warp-uniform: a new batch starts, read the one after it
-        pages_now = pages_next, slots_now = slots_next;
-        batch_pages(j / 32 + 1, pages_next, slots_next);
-      }
-      page = __shfl_sync(0xFFFFFFFFu, pages_now, lane_j);
-      cursor_slot = __shfl_sync(0xFFFFFFFFu, slots_now, lane_j);
-    }
+    if constexpr (kPageBatches) batches.take(j, j > 0, page, cursor_slot);
     const int n_valid = min(kTcChunk, end - cursor_tok);
     // 32-bit page index and page size (both checked on the host), one 32 x 32 -> 64-bit multiply:
     // the int64 form cost a sign extension and two more multiplies per pointer.
@@ -358,13 +268,8 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   auto issue_full = [&](int slot, int j, bool may_switch) {
     static_assert(!kPageBatches || T::kLeanCopy, "the steady steps copy by lean_copy_chunk");
     if constexpr (kPageBatches) {
-      const int lane_j = j & 31;
-      if (may_switch && lane_j == 0) {  // warp-uniform: a new batch starts (j > 0 here), read the next
-        pages_now = pages_next, slots_now = slots_next;
-        batch_pages(j / 32 + 1, pages_next, slots_next);
-      }
-      const int page = __shfl_sync(0xFFFFFFFFu, pages_now, lane_j);
-      const int page_slot = __shfl_sync(0xFFFFFFFFu, slots_now, lane_j);
+      int page, page_slot;
+      batches.take(j, may_switch, page, page_slot);  // j > 0 here
       const uint8_t* page_base =
           page_address(a.pool, static_cast<uint32_t>(page), static_cast<uint32_t>(a.page_bytes));
       lean_copy_chunk<T>(ring_s + slot * T::kStageBytes, page_base, static_cast<uint32_t>(page_slot), lean);
@@ -786,8 +691,8 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     for (; i < steady_end; i += kSteps) run_step(i, std::true_type{});
     // The cursors the checked steps go on from: step i's first token, and that of chunk i + kStages
     // - kSteps (the next to copy).
-    step_tok = chunk_tok(i);
-    cursor_tok = chunk_tok(i + T::kStages - kSteps);
+    step_tok = batches.chunk_tok(i);
+    cursor_tok = batches.chunk_tok(i + T::kStages - kSteps);
   }
   for (; i < n_local; i += kSteps) run_step(i, std::false_type{});
   cp_async_wait<0>();

@@ -1,8 +1,9 @@
 #pragma once
 // The tensor-core decode kernel's copy pipeline (decode_attention_tc.cuh): one 16-token chunk of a
 // page (K data, K scales, V data, V scales) into a shared-memory stage by cp.async, with the XOR
-// swizzles that keep the kernel's fragment reads free of bank conflicts. T is the kernel's TcTraits
-// (row and region sizes of a stage).
+// swizzles that keep the kernel's fragment reads free of bank conflicts, and where a warp's chunks
+// lie in the page table (ChunkPageBatches). T is the kernel's TcTraits (decode_tc_traits.cuh: row
+// and region sizes of a stage).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -149,5 +150,48 @@ __device__ __forceinline__ void lean_copy_chunk(uint32_t stage, const uint8_t* p
   cp_async16_s(stage + c.dst_v + 512, pv + 512);
   cp_async8_s(stage + c.dst_s, page_base + (c.src_s + slot * T::kKScaleRow));
 }
+
+// ---- the pages of a warp's chunks, 32 at a time (the nvfp4 d128 kernel's kPageBatches) ---------------
+// Lane l holds the page and slot of the warp's local chunk 32·b + l of batch b (`now`) and of batch
+// b + 1 (`next`, read when batch b starts, 32 chunks ahead of its use); a copy takes its chunk's pair
+// by two shuffles. Local chunk j is chunk j % kSteps of the warp's step j / kSteps: token
+// begin + kStepTokens · (warp + kTcWarps · (j / kSteps)) + kTcChunk · (j % kSteps).
+template <int kSteps>
+struct ChunkPageBatches {
+  static constexpr int kStepTokens = kSteps * kTcChunk;
+  const int32_t* page_table;  // this sequence's entries
+  int page_size, begin, end, warp, lane;
+  int pages_now = 0, slots_now = 0, pages_next = 0, slots_next = 0;
+
+  __device__ __forceinline__ int chunk_tok(int j) const {
+    return begin + kStepTokens * (warp + kTcWarps * (j / kSteps)) + kTcChunk * (j % kSteps);
+  }
+  // This lane's entry of batch b (page 0, slot 0 past the end: such a chunk is zero-filled, nothing
+  // is read).
+  __device__ __forceinline__ void read(int b, int& page, int& slot) const {
+    const int tok = chunk_tok(32 * b + lane);
+    page = 0, slot = 0;
+    if (tok < end) {
+      const int pidx = tok / page_size;
+      slot = tok - pidx * page_size;
+      page = page_table[pidx];
+    }
+  }
+  __device__ __forceinline__ void start() {
+    read(0, pages_now, slots_now);
+    read(1, pages_next, slots_next);
+  }
+  // Page and slot of local chunk j; chunks are taken in order. may_switch: j may start a batch (j > 0
+  // and a multiple of 32 is possible), warp-uniform.
+  __device__ __forceinline__ void take(int j, bool may_switch, int& page, int& slot) {
+    const int lane_j = j & 31;
+    if (may_switch && lane_j == 0) {  // a new batch starts: read the one after it
+      pages_now = pages_next, slots_now = slots_next;
+      read(j / 32 + 1, pages_next, slots_next);
+    }
+    page = __shfl_sync(0xFFFFFFFFu, pages_now, lane_j);
+    slot = __shfl_sync(0xFFFFFFFFu, slots_now, lane_j);
+  }
+};
 
 }  // namespace nibble::cuda::detail
