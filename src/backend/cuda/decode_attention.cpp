@@ -40,6 +40,16 @@ int64_t decode_item_granules(quant::ElemFormat k_format, quant::ElemFormat v_for
   return std::max<int64_t>(1, block_round / kDecodeSplitGranule);
 }
 
+DecodeLongItemBuild decode_long_item_build(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
+  if (k_format == quant::ElemFormat::kF32) return {};
+  const int hd = static_cast<int>(head_dim);
+  const int steps = detail::tc_steps(k_format, v_format, hd);
+  const int warps = detail::tc_block_warps(k_format, v_format, hd, steps, /*few_blocks=*/false);
+  if (warps == detail::kTcWarps) return {};
+  return {.blocks_per_sm = detail::tc_geometry(k_format, v_format, hd, warps).blocks_per_sm,
+          .item_granule_multiple = std::max<int64_t>(1, warps * detail::kTcChunk * steps / kDecodeSplitGranule)};
+}
+
 int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {
   return plan.max_splits > 1 ? static_cast<int64_t>(plan.num_work) * num_q_heads * head_dim : 0;
 }

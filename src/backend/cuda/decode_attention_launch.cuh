@@ -54,7 +54,8 @@ constexpr int spread_smem_bytes(int own, int blocks) {
 
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks, bool kOneP>
 void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
-  using T = TcTraits<KF, VF, kHeadDim>;
+  constexpr int kWarps = tc_block_warps(KF, VF, kHeadDim, kSteps, kFewBlocks);
+  using T = TcTraits<KF, VF, kHeadDim, kWarps>;
   auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks, kOneP>;
   static std::once_flag smem_raised;  // one per instantiation: room for the spread launch too
   std::call_once(smem_raised, [&] {
@@ -65,7 +66,7 @@ void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm,
   // Programmatic dependent launch: the blocks may be scheduled while the previous kernel of the
   // stream drains; they read the plan and page tables, then wait (griddepcontrol.wait) for that
   // kernel's results before reading q or the pages.
-  launch_kernel(kernel, {.grid = grid, .block = dim3(kTcThreads), .smem_bytes = static_cast<size_t>(smem)}, stream,
+  launch_kernel(kernel, {.grid = grid, .block = dim3(32 * kWarps), .smem_bytes = static_cast<size_t>(smem)}, stream,
                 /*programmatic=*/true, args);
 }
 

@@ -2,11 +2,12 @@
 // Tensor-core paged decode attention (bf16, fp8, nvfp4, k8v4 caches; f32 uses the CUDA-core kernel
 // in decode_attention.cuh). Host entry point: decode_attention.h.
 //
-// Work decomposition: one block (4 warps) = one work item of the split plan × one KV head × up to 8
-// query heads of its GQA group; a 1-D grid with the head chunks of an item in consecutive blocks.
-// Each warp streams its own steps of kSteps 16-token chunks (tc_steps: 2 for nvfp4 at head_dim 128,
-// else 1; steps w, w+4, ...) through a private ring of cp.async stages (tc_geometry: 2..8 stages),
-// so there is no block barrier in the main loop; the warps' (m, l, O) are merged once at the end.
+// Work decomposition: one block (kWarps = tc_block_warps: 4, or 8 in nvfp4 d128's any-plan build of
+// 32-token steps) = one work item of the split plan × one KV head × up to 8 query heads of its GQA
+// group; a 1-D grid with the head chunks of an item in consecutive blocks. Each warp streams its own
+// steps of kSteps 16-token chunks (tc_steps: 2 for nvfp4 at head_dim 128, else 1; steps w, w +
+// kWarps, ...) through a private ring of cp.async stages (tc_geometry: 2..8 stages), so there is no
+// block barrier in the main loop; the warps' (m, l, O) are merged once at the end.
 //
 // Per 16-token chunk, one warp (one softmax per step):
 //   QK  mma.sync m16n8k16, A = Q (rows 0-7 = the 8 heads' high halves, rows 8-15 = their low
@@ -33,9 +34,9 @@
 //
 // Shared memory (bytes, tc_geometry): qfrag [head_dim/16][32 lanes] uint4 (Q A-fragments; kOneQ:
 // Q^T's B fragments [head_dim/16][32] uint2 in its first half, read once into registers; aliased
-// by the q staging [8][head_dim] f32 (q_swz layout) in the prologue, the same 32·head_dim bytes), m/l [4 warps][8]
-// f32 each, then work: the stages [4 warps][stages][stage] — aliased by the reduction
-// [4 warps][8][head_dim] f32 in the epilogue. The stages never alias the q staging, so the first KV
+// by the q staging [8][head_dim] f32 (q_swz layout) in the prologue, the same 32·head_dim bytes), m/l
+// [kWarps][8] f32 each, then work: the stages [kWarps][stages][stage] — aliased by the reduction
+// [kWarps][8][head_dim] f32 in the epilogue. The stages never alias the q staging, so the first KV
 // chunks are copied while q is loaded and turned into fragments.
 //
 // Launch: programmatic dependent launch (decode_attention_launch.cuh). A block reads the plan and
@@ -112,9 +113,14 @@ using quant::ElemFormat;
 // (heads 0-3 repeated in Q's rows 4-7), one MMA and exact: GQA 4 32 x 32K 375.2 us, GQA 8 nothing;
 // and two QK MMA chains per tile in the 32-token step: 389.5 vs 376.7 us, 4 bytes spilled.
 template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false, bool kOneP = false>
-__global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : TcTraits<KF, VF, kHeadDim>::kMinBlocks)
+__global__ void __launch_bounds__(32 * tc_block_warps(KF, VF, kHeadDim, kSteps, kFewBlocks),
+                                  kFewBlocks ? kTcFewBlocksPerSm
+                                             : TcTraits<KF, VF, kHeadDim,
+                                                        tc_block_warps(KF, VF, kHeadDim, kSteps, kFewBlocks)>::kMinBlocks)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
-  using T = TcTraits<KF, VF, kHeadDim>;
+  constexpr int kWarps = tc_block_warps(KF, VF, kHeadDim, kSteps, kFewBlocks);
+  constexpr int kThreads = 32 * kWarps;
+  using T = TcTraits<KF, VF, kHeadDim, kWarps>;
   constexpr int kOT = T::kNTiles / 2;  // O^T accumulator tiles (pv_pair)
   static_assert(kSteps == 1 || kSteps == 2, "1 or 2 chunks per step");
   static_assert(T::kStages > kSteps, "the ring must hold a step plus at least one chunk in flight");
@@ -131,9 +137,9 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   extern __shared__ uint4 smem_u4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_u4);
   uint4* qfrag = smem_u4;                                            // [kKSteps][32]
-  float* m_w = reinterpret_cast<float*>(smem + T::kQFragBytes);      // [kTcWarps][8]
-  float* l_w = m_w + kTcWarps * 8;                                   // [kTcWarps][8]
-  uint8_t* work = smem + T::kQFragBytes + 2 * kTcWarps * 8 * 4;      // stages | reduction
+  float* m_w = reinterpret_cast<float*>(smem + T::kQFragBytes);      // [kWarps][8]
+  float* l_w = m_w + kWarps * 8;                                     // [kWarps][8]
+  uint8_t* work = smem + T::kQFragBytes + 2 * kWarps * 8 * 4;        // stages | reduction
   // q staging [8][D] f32 aliases qfrag (both 32·D bytes), not the stages: the first KV chunks are
   // copied while q is loaded and turned into fragments (the two latency chains overlap).
   float* q_s = reinterpret_cast<float*>(smem_u4);                    // [8][D] prologue only
@@ -170,7 +176,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   // Main-loop geometry: this warp's steps w, w+4, ... (kSteps chunks each) through its ring of stages.
   constexpr int kStepTokens = kSteps * kTcChunk;
   const int n_steps = (end - begin + kStepTokens - 1) / kStepTokens;
-  const int n_local_steps = n_steps > warp ? (n_steps - warp + kTcWarps - 1) / kTcWarps : 0;
+  const int n_local_steps = n_steps > warp ? (n_steps - warp + kWarps - 1) / kWarps : 0;
   const int n_local = kSteps * n_local_steps;  // chunks, a last step's empty tail chunk included
   uint8_t* ring = work + warp * T::kStages * T::kStageBytes;
   const cache::KvPartLayout& KL = a.k_layout;
@@ -205,8 +211,8 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   const int v_off = static_cast<int>(VL.data_at(kv_head, 0));
   const int vs_off = static_cast<int>(VL.scales_at(kv_head, 0));
   int cursor_tok = begin + warp * kStepTokens;
-  constexpr int kNextStep = kTcChunk * (kSteps * (kTcWarps - 1) + 1);  // to the warp's next step
-  ChunkPageBatches<kSteps> batches{page_table, page_size, begin, end, warp, lane};
+  constexpr int kNextStep = kTcChunk * (kSteps * (kWarps - 1) + 1);  // to the warp's next step
+  ChunkPageBatches<kSteps, kWarps> batches{page_table, page_size, begin, end, warp, lane};
   if constexpr (kPageBatches) batches.start();
   // Otherwise: the next chunk's slot, page-table entry and page, and the advance to the warp's next
   // step in whole pages and remaining slots (page_size is a multiple of 16, so a 16-token advance
@@ -294,7 +300,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     const int seq_last = a.work_end[a.seq_work_offset[seq + 1] - 1] - 1;  // the token this step writes
 #pragma unroll
     for (int s = 0; s < kPrologue - kDefer; ++s) {
-      const int tok = begin + warp * kStepTokens + (s / kSteps) * (kTcWarps * kStepTokens) + (s % kSteps) * kTcChunk;
+      const int tok = begin + warp * kStepTokens + (s / kSteps) * (kWarps * kStepTokens) + (s % kSteps) * kTcChunk;
       if (s < n_local && tok + kTcChunk <= seq_last) n_early = s + 1;
     }
   }
@@ -311,11 +317,11 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   asm volatile("griddepcontrol.wait;" ::: "memory");
 
   // ---- q loads (registers), then the other prologue copies, then q -> fragments -----------------------
-  constexpr int kQPerThread = 8 * D / kTcThreads;  // q elements (of 8 heads × D) per thread
+  constexpr int kQPerThread = 8 * D / kThreads;  // q elements (of 8 heads × D) per thread
   float q_reg[kQPerThread];
 #pragma unroll
   for (int j = 0; j < kQPerThread; ++j) {
-    const int i = tid + j * kTcThreads;
+    const int i = tid + j * kThreads;
     const int h = i / D, d = i % D;
     float x = 0.0f;
     if (h < n_heads) {
@@ -342,31 +348,31 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   // 8.8 -> 9.9 us, 1 x 32K 21.6 -> 23.6, 8 x 32K 94.5 -> 98.5, 32 x 32K 336 -> 344. A trace of the
   // kernel's phases (PERFORMANCE.md, seventeenth round) puts ~3.3 us between the wait and the
   // staged q at 8 x 32K in the benchmark, where q has left L2.
-  // Element i = tid + j·kTcThreads of the [8][D] q block is q_reg[j]. Rotation runs on the natural
+  // Element i = tid + j·kThreads of the [8][D] q block is q_reg[j]. Rotation runs on the natural
   // layout in shared memory; without it the values go from registers straight to the swizzled one.
   const float q_mult = a.q_multiplier * T::kKUnitMult;
   float amax = 0.0f;
   if (a.rotate) {  // block-uniform
 #pragma unroll
-    for (int j = 0; j < kQPerThread; ++j) q_s[tid + j * kTcThreads] = q_reg[j];
+    for (int j = 0; j < kQPerThread; ++j) q_s[tid + j * kThreads] = q_reg[j];
     __syncthreads();
     hadamard_rows_smem(q_s, 8, D);  // ends with a barrier
     float x[kQPerThread];
 #pragma unroll
     for (int j = 0; j < kQPerThread; ++j) {
-      x[j] = q_s[tid + j * kTcThreads] * q_mult;
+      x[j] = q_s[tid + j * kThreads] * q_mult;
       amax = fmaxf(amax, fabsf(x[j]));
     }
     __syncthreads();  // every natural-layout read done before the swizzled writes
 #pragma unroll
     for (int j = 0; j < kQPerThread; ++j) {
-      const int i = tid + j * kTcThreads;
+      const int i = tid + j * kThreads;
       q_s[q_swz<D>(i / D, i % D)] = x[j];
     }
   } else {
 #pragma unroll
     for (int j = 0; j < kQPerThread; ++j) {
-      const int i = tid + j * kTcThreads;
+      const int i = tid + j * kThreads;
       const float x = q_reg[j] * q_mult;
       q_s[q_swz<D>(i / D, i % D)] = x;
       amax = fmaxf(amax, fabsf(x));
@@ -376,7 +382,9 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
   if (lane == 0) m_w[warp] = amax;
   __syncthreads();  // m_w and the staging written
-  amax = fmaxf(fmaxf(m_w[0], m_w[1]), fmaxf(m_w[2], m_w[3]));
+  amax = m_w[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) amax = fmaxf(amax, m_w[w]);
   // f16 Q: scale by 2^e so that |q| < 2^14 (no overflow, low halves stay normal); bf16 needs none.
   int e = 0;
   if (!T::kQkBf16 && amax > 0.0f && isfinite(amax)) {
@@ -387,11 +395,11 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   const float q_pow = ldexpf(1.0f, e), score_mult = ldexpf(1.0f, -e);
   // This warp's k-steps warp, warp + 4, ...: read every value first (the fragments overwrite the
   // staging they alias), then write.
-  constexpr int kQkPerWarp = (T::kKSteps + kTcWarps - 1) / kTcWarps;
+  constexpr int kQkPerWarp = (T::kKSteps + kWarps - 1) / kWarps;
   uint4 frag[kQkPerWarp];
 #pragma unroll
   for (int k = 0; k < kQkPerWarp; ++k) {
-    const int ks = warp + k * kTcWarps;
+    const int ks = warp + k * kWarps;
     if (ks < T::kKSteps) {
       uint32_t r[4];
 #pragma unroll
@@ -410,7 +418,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   uint2* qfrag_t = reinterpret_cast<uint2*>(smem_u4);
 #pragma unroll
   for (int k = 0; k < kQkPerWarp; ++k) {
-    const int ks = warp + k * kTcWarps;
+    const int ks = warp + k * kWarps;
     if (ks < T::kKSteps) {
       if constexpr (kOneQ) {
         qfrag_t[ks * 32 + lane] = make_uint2(frag[k].x, frag[k].z);
@@ -478,7 +486,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
       const int from = kTcChunk * (u + 1);  // the chunk's end in its step
-      n_full += span >= from ? (span - from) / (kTcWarps * kStepTokens) + 1 : 0;
+      n_full += span >= from ? (span - from) / (kWarps * kStepTokens) + 1 : 0;
     }
     steady_end = n_full - T::kStages + 1;  // steady: i + kStages - 1 < n_full
   }
@@ -511,7 +519,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
       read_slot = read_slot + 1 == T::kStages ? 0 : read_slot + 1;
     }
     const int rem = end - step_tok;  // valid tokens from the step's first (> 0; may be < kStepTokens)
-    if (!kSteady) step_tok += kTcWarps * kStepTokens;
+    if (!kSteady) step_tok += kWarps * kStepTokens;
 
     // Scores, log2 domain times 2^e (m_run above). kOneQ: s[u][0..1] = token g of chunk u at heads
     // 2c, 2c+1, s[u][2..3] = token 8+g at the same heads. Otherwise: head g at chunk u's tokens 2c,
@@ -697,7 +705,7 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   for (; i < n_local; i += kSteps) run_step(i, std::false_type{});
   cp_async_wait<0>();
 
-  // ---- epilogue: merge the 4 warps' (m, l, O) ---------------------------------------------------------
+  // ---- epilogue: merge the warps' (m, l, O) -----------------------------------------------------------
 #pragma unroll
   for (int j = 0; j < kLaneHeads; ++j) {
 #pragma unroll
@@ -720,15 +728,15 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   auto merged = [&](int h, float& m_all, float& l_all) {
     m_all = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) m_all = fmaxf(m_all, m_w[w * 8 + h]);
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, m_w[w * 8 + h]);
     l_all = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       const float mw = m_w[w * 8 + h];
       l_all += mw == -INFINITY ? 0.0f : l_w[w * 8 + h] * exp2f(mw - m_all);
     }
   };
-  float* red = reinterpret_cast<float*>(work);  // [kTcWarps][8][D]
+  float* red = reinterpret_cast<float*>(work);  // [kWarps][8][D]
   // The merged softmax sums of heads 2c, 2c + 1, computed once here and shuffled to the merge below
   // (which called merged() per output element before: 4 exp2f and 8 shared loads each, 8 times per
   // thread; H200, 2026-11-30, graph replays, GQA 4, bf16 / fp8 / nvfp4 us: 1 x 1K 9.0 / 8.4 / 8.3 ->
@@ -756,12 +764,12 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
     }
   }
   __syncthreads();
-  for (int i = tid; i < 8 * D; i += kTcThreads) {
+  for (int i = tid; i < 8 * D; i += kThreads) {
     const int h = i / D;  // warp-uniform
     const float l_all = __shfl_sync(0xFFFFFFFFu, (h & 1) ? l_head[1] : l_head[0], h >> 1);  // lane (0, h / 2)
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) sum += red[w * 8 * D + i];
+    for (int w = 0; w < kWarps; ++w) sum += red[w * 8 * D + i];
     red[i] = sum / l_all * T::kVUnitMult;  // each i is read and written by one thread only
   }
   __syncthreads();
@@ -769,12 +777,12 @@ __global__ void __launch_bounds__(kTcThreads, kFewBlocks ? kTcFewBlocksPerSm : T
   if (n_items == 1) {
     if (a.rotate) hadamard_rows_smem(red, 8, D);
     const float out_mult = a.v_global_scale * (a.rotate ? rsqrtf(static_cast<float>(D)) : 1.0f);
-    for (int i = tid; i < n_heads * D; i += kTcThreads) {
+    for (int i = tid; i < n_heads * D; i += kThreads) {
       const int h = i / D, d = i % D;
       a.out[(static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d] = red[i] * out_mult;
     }
   } else {
-    for (int i = tid; i < n_heads * D; i += kTcThreads) {
+    for (int i = tid; i < n_heads * D; i += kThreads) {
       const int h = i / D, d = i % D;
       a.partial_out[(static_cast<int64_t>(item) * a.num_q_heads + q_head0 + h) * D + d] = red[i];
     }

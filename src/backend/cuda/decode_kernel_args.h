@@ -48,12 +48,7 @@ struct DecodeKernelArgs {
 
 // ---- the tensor-core decode kernel's geometry (decode_attention_tc.cuh), plain C++ so that the host
 // (split plan, benchmark) can size the grid from the same numbers the kernel uses -----------------
-// Warps per block. 8-warp blocks for nvfp4 d128 (the same per-warp loop, an item's steps over twice
-// the warps, no more items) were measured and rejected (H200, 2026-11-30, graph replays, GQA 4):
-// a tie where the plan puts 1 block per SM (1 x 4K, 256-token items: 11.6 vs 11.6 us), slower at 2
-// per SM (1 x 16K 20.7 vs 17.8, 8 x 1K 16.5 vs 14.4; not profiled: two such blocks fill the RF);
-// faster only for few long items (1 x 4K forced to 1024-token items: 16.0 vs 18.7), which lose
-// to the plan's own split anyway.
+// Warps per block (kTcWarps; kTcWideWarps in nvfp4 d128's long-item build, tc_block_warps below).
 inline constexpr int kTcWarps = 4;                 // warps per block; each streams its own 16-token chunks
 inline constexpr int kTcThreads = 32 * kTcWarps;
 inline constexpr int kTcChunk = 16;                // tokens per warp step (one PV k-step, two QK n-tiles)
@@ -68,15 +63,38 @@ struct TcGeometry {
   int blocks_per_sm;
 };
 
-constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim) {
+// Warps per block of a build of the tensor-core kernel: kTcWideWarps for nvfp4 d128's any-plan build of
+// 32-token steps (tc_steps 2, not few-blocks: the items of >= kDecodeLongItemTokens), kTcWarps for
+// every other. The issue-bound nvfp4 loop ran 4 blocks of 4 warps per SM, and the SM's warp
+// scheduler favours its older blocks: on one SM the 4 blocks of equal items ended ~40 us apart at 32
+// x 32K (at 191, 230, 269 and 299 us of the call; a %globaltimer trace of every block, H200,
+// 2026-12-01), so the last third of each call ran with 3, 2, then 1 block resident (an SM with one
+// block of 4 warps does ~75% of the work per us of one with four). The warps of one block end
+// within ~1 us of each other, so 2 blocks of 8 warps (the same per-warp loop, an item's steps over
+// twice the warps, 2 per SM: decode_long_item_build) keep 16 warps busy for longer, and fill the
+// SMs with half the items: 32 x 32K needs no split and no merge. H200, 2026-12-01, graph replays,
+// nvfp4 us, 4 -> 8 warps with the items that fill 2 per SM: GQA 4 32 x 32K 307.1 / 308.9 -> 296.7
+// / 296.8 (16K -> 32K items), 8 x 128K 308.8 / 309.9 -> 302.9 / 303.6 (16K -> 32K), 8 x 32K 87.7
+// / 88.1 -> 86.3 / 86.4 (4K -> 8K); GQA 8 32 x 32K 308.4 / 310.0 -> 296.8 / 297.2. (Measured on the
+// short shapes on 2026-11-30, before the few-blocks build took them, 8-warp blocks lost: 1 x 16K 20.7
+// vs 17.8, 8 x 1K 16.5 vs 14.4; those keep 4-warp blocks.)
+inline constexpr int kTcWideWarps = 8;
+constexpr int tc_block_warps(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim, int steps, bool few_blocks) {
+  return kf == quant::ElemFormat::kNVFP4 && vf == quant::ElemFormat::kNVFP4 && head_dim == 128 && steps == 2 &&
+                 !few_blocks
+             ? kTcWideWarps
+             : kTcWarps;
+}
+
+constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim, int warps = kTcWarps) {
   const int stage = kTcChunk * static_cast<int>(quant::data_bytes(kf, head_dim) + quant::scale_bytes(kf, head_dim) +
                                                 quant::data_bytes(vf, head_dim) + quant::scale_bytes(vf, head_dim));
   int stages = kTcStageBudget / stage;
   stages = stages < 2 ? 2 : (stages > 8 ? 8 : stages);
   const int qfrag = (head_dim / 16) * 32 * 16;         // [k-steps][32 lanes] uint4
-  const int stats = 2 * kTcWarps * 8 * 4;              // m and l per warp and head
-  const int work_stages = kTcWarps * stages * stage;   // per-warp rings of stages
-  const int work_red = kTcWarps * 8 * head_dim * 4;    // cross-warp reduction / q staging
+  const int stats = 2 * warps * 8 * 4;              // m and l per warp and head
+  const int work_stages = warps * stages * stage;   // per-warp rings of stages
+  const int work_red = warps * 8 * head_dim * 4;    // cross-warp reduction
   const int smem = qfrag + stats + (work_stages > work_red ? work_stages : work_red);
   int blocks = kSmemPerSm / (smem + kSmemReservedPerBlock);
   // head_dim 256 needs the registers of 2 blocks/SM. 3 where V is nvfp4 (the one-f16-p builds then
@@ -88,7 +106,7 @@ constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int
   // registers; H200, 2026-11-30, 32 x 32K GQA 4): the 16-token-step build (95 registers) 402.8 ->
   // 409.7 us, the 32-token one spills (132 bytes) and took 490 us: more warps do not help the
   // issue-bound kernel (ncu: 1.2% of its stalls wait on memory).
-  const int max_blocks = head_dim >= 256 ? 2 : 4;
+  const int max_blocks = (head_dim >= 256 ? 2 : 4) * kTcWarps / warps;  // the register file
   blocks = blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks);
   return {stage, stages, smem, blocks};
 }

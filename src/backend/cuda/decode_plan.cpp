@@ -33,15 +33,15 @@ int64_t count_items(const DecodePlanInputs& in, int64_t chunk_granules) {
 // the longest sequence into 1, 2, ... items (chunks never below min_granules) and takes the fewest
 // splits whose efficiency is within 5% of the best (fewer splits = less merge work): a batch that
 // already fills whole waves stays unsplit. Chunks of more than one granule are rounded up to a
-// multiple of in.item_granule_multiple. Returns the chunk in granules.
-int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_t min_granules, int64_t blocks_per_sm) {
+// multiple of `multiple`. Returns the chunk in granules.
+int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_t min_granules, int64_t blocks_per_sm,
+                        int64_t multiple) {
   const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
   const int64_t slots = in.num_sms * blocks_per_sm;
   const int64_t max_split = std::max<int64_t>(1, std::min<int64_t>(256, max_granules / min_granules));
   std::vector<double> efficiency;
   std::vector<int64_t> chunk_granules;
   double best = 0;
-  const int64_t multiple = in.item_granule_multiple;
   for (int64_t split = 1; split <= max_split; ++split) {
     int64_t cg = (max_granules + split - 1) / split;
     if (cg > 1) cg = (cg + multiple - 1) / multiple * multiple;
@@ -67,6 +67,10 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
                "decode plan: kv_heads {}, group_chunks {}, num_sms {}, blocks_per_sm {}, item_granule_multiple {} "
                "must all be positive",
                in.num_kv_heads, in.group_chunks, in.num_sms, in.blocks_per_sm, in.item_granule_multiple);
+  NIBBLE_CHECK(in.long_items.blocks_per_sm >= 0 && in.long_items.item_granule_multiple >= 0,
+               "decode plan: the long-item build's blocks_per_sm {} and item_granule_multiple {} must be >= 0 "
+               "(0 = as the others)",
+               in.long_items.blocks_per_sm, in.long_items.item_granule_multiple);
   int64_t max_len = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     NIBBLE_CHECK(in.seq_lens[s] >= 1, "decode plan: sequence {} has length {}, expected >= 1", s, in.seq_lens[s]);
@@ -84,23 +88,26 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     const int64_t max_granules = granules_of(max_len);
     int64_t min_granules = std::max<int64_t>(1, in.min_chunk_tokens / kDecodeSplitGranule);
     const int64_t base_blocks_per_sm = std::min(in.blocks_per_sm, kDecodeMemoryBoundBlocksPerSm);
-    int64_t cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm);
+    int64_t cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
     // A short batch whose finest split still leaves more than half the SMs without a block: halve the
     // floor once (1 × 1K: 8 items of 128 tokens, 11.0 µs, against 4 of 256, 11.9 µs, every format).
     const int64_t idle_granules = kDecodeIdleChunkTokens / kDecodeSplitGranule;
     if (min_granules > idle_granules &&
         2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
       min_granules = idle_granules;
-      cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm);
+      cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
       // Issue-bound formats: one granule per item while half the SMs would still idle (1 × 1K: 16 items).
       if (in.blocks_per_sm > base_blocks_per_sm && min_granules > 1 &&
           2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
         min_granules = 1;
-        cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm);
+        cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
       }
     }
     if (in.blocks_per_sm > base_blocks_per_sm) {
-      const int64_t cg_full = chunk_for_slots(in, max_granules, min_granules, in.blocks_per_sm);
+      const DecodeLongItemBuild& lb = in.long_items;
+      const int64_t cg_full =
+          chunk_for_slots(in, max_granules, min_granules, lb.blocks_per_sm > 0 ? lb.blocks_per_sm : in.blocks_per_sm,
+                          lb.item_granule_multiple > 0 ? lb.item_granule_multiple : in.item_granule_multiple);
       if (cg_full * kDecodeSplitGranule >= kDecodeLongItemTokens) cg = cg_full;
     } else if (count_items(in, 1) * in.num_kv_heads * in.group_chunks <= in.num_sms * base_blocks_per_sm) {
       // Memory-bound formats: one granule per item while that grid is still one wave at 2 blocks per

@@ -41,14 +41,23 @@ inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half t
 // not one wave) 64-token items were slower: 4.73-4.78 -> 4.82-4.87 (bf16). nvfp4 keeps the rules
 // above (1K: 4.66-4.72 with them, 4.69-4.71 forced to 64; 256-token items 4.74).
 
+// The kernel build that runs items of at least kDecodeLongItemTokens, where it differs from the one
+// blocks_per_sm and item_granule_multiple describe (decode_long_item_build: nvfp4 at head_dim 128
+// runs them in blocks of 8 warps, 2 per SM, on items of a multiple of 4 granules). 0 = the same.
+struct DecodeLongItemBuild {
+  int64_t blocks_per_sm = 0;
+  int64_t item_granule_multiple = 0;
+};
+
 struct DecodePlanInputs {
   std::span<const int32_t> seq_lens;  // [num_seqs] tokens in the cache per sequence (>= 1), host
   int64_t num_kv_heads = 0;
   int64_t group_chunks = 1;   // ceil(query heads per KV head / 8)
   int64_t num_sms = 132;      // cudaDevAttrMultiProcessorCount of the device
   // Blocks per SM worth running for the format (decode_blocks_per_sm): the plan always aims at
-  // min(this, kDecodeMemoryBoundBlocksPerSm) per SM, and at all of them when the items that gives
-  // are >= kDecodeLongItemTokens.
+  // min(this, kDecodeMemoryBoundBlocksPerSm) per SM, and (where this is more) at every slot of the
+  // long-item build (long_items, else this many per SM) when the items that gives are >=
+  // kDecodeLongItemTokens.
   int64_t blocks_per_sm = 4;
   // Never split finer than this (a shorter item costs a block's whole latency chain for little
   // work); lowered once to kDecodeIdleChunkTokens when it would leave more than half the SMs idle.
@@ -59,6 +68,7 @@ struct DecodePlanInputs {
   // 32 per warp pair, 16 for the other two) 24.0 us, 1024-token items 22.6; 1 x 64K 38.3 -> 37.2;
   // 2 x 32K 38.2 -> 36.8.
   int64_t item_granule_multiple = 1;
+  DecodeLongItemBuild long_items{};  // the long-item plan's slots and rounding
   int64_t force_chunk_tokens = 0;  // > 0: use this chunk size (a multiple of the granule); tests
 };
 

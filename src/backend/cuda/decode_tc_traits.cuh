@@ -12,7 +12,7 @@ namespace nibble::cuda::detail {
 
 using quant::ElemFormat;
 
-template <ElemFormat KF, ElemFormat VF, int kHeadDim>
+template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kWarps = kTcWarps>
 struct TcTraits {
   static constexpr int kKRow = static_cast<int>(quant::data_bytes(KF, kHeadDim));
   static constexpr int kKScaleRow = static_cast<int>(quant::scale_bytes(KF, kHeadDim));
@@ -22,7 +22,7 @@ struct TcTraits {
   static constexpr int kKScaleBytes = kTcChunk * kKScaleRow;
   static constexpr int kVBytes = kTcChunk * kVRow;
   static constexpr int kVScaleBytes = kTcChunk * kVScaleRow;
-  static constexpr TcGeometry kGeo = tc_geometry(KF, VF, kHeadDim);
+  static constexpr TcGeometry kGeo = tc_geometry(KF, VF, kHeadDim, kWarps);
   static constexpr int kStageBytes = kGeo.stage_bytes;
   static constexpr int kStages = kGeo.stages;
   static constexpr int kSmemBytes = kGeo.smem_bytes;

@@ -155,8 +155,8 @@ __device__ __forceinline__ void lean_copy_chunk(uint32_t stage, const uint8_t* p
 // Lane l holds the page and slot of the warp's local chunk 32·b + l of batch b (`now`) and of batch
 // b + 1 (`next`, read when batch b starts, 32 chunks ahead of its use); a copy takes its chunk's pair
 // by two shuffles. Local chunk j is chunk j % kSteps of the warp's step j / kSteps: token
-// begin + kStepTokens · (warp + kTcWarps · (j / kSteps)) + kTcChunk · (j % kSteps).
-template <int kSteps>
+// begin + kStepTokens · (warp + kWarps · (j / kSteps)) + kTcChunk · (j % kSteps).
+template <int kSteps, int kWarps>
 struct ChunkPageBatches {
   static constexpr int kStepTokens = kSteps * kTcChunk;
   const int32_t* page_table;  // this sequence's entries
@@ -164,7 +164,7 @@ struct ChunkPageBatches {
   int pages_now = 0, slots_now = 0, pages_next = 0, slots_next = 0;
 
   __device__ __forceinline__ int chunk_tok(int j) const {
-    return begin + kStepTokens * (warp + kTcWarps * (j / kSteps)) + kTcChunk * (j % kSteps);
+    return begin + kStepTokens * (warp + kWarps * (j / kSteps)) + kTcChunk * (j % kSteps);
   }
   // This lane's entry of batch b (page 0, slot 0 past the end: such a chunk is zero-filled, nothing
   // is read).

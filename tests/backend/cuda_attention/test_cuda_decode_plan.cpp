@@ -3,6 +3,7 @@
 // are not.
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/decode_attention.h"  // decode_item_granules
@@ -111,6 +112,53 @@ TEST(DecodeSplitPlan, ItemsOfThirtyTwoTokenStepBuildsSpanWholeBlockRounds) {
   }
 }
 
+// nvfp4 at head_dim 128 runs long items (>= kDecodeLongItemTokens) in blocks of 8 warps, 2 per SM:
+// the long-item plan fills 132 x 2 slots with items of whole 256-token rounds (8 warps x 32-token
+// steps) instead of 132 x 4 slots of 4-warp blocks; short plans, which run the 4-warp builds, stay.
+TEST(DecodeSplitPlan, LongItemsFollowTheWideBuild) {
+  using quant::ElemFormat;
+  const DecodeLongItemBuild wide = decode_long_item_build(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 128);
+  EXPECT_EQ(wide.blocks_per_sm, 2);
+  EXPECT_EQ(wide.item_granule_multiple, 4);
+  for (const auto& [k, v, d] : {std::tuple{ElemFormat::kNVFP4, ElemFormat::kNVFP4, 64},
+                                std::tuple{ElemFormat::kNVFP4, ElemFormat::kNVFP4, 256},
+                                std::tuple{ElemFormat::kFP8, ElemFormat::kNVFP4, 128},
+                                std::tuple{ElemFormat::kFP8, ElemFormat::kFP8, 128},
+                                std::tuple{ElemFormat::kBF16, ElemFormat::kBF16, 128},
+                                std::tuple{ElemFormat::kF32, ElemFormat::kF32, 128}}) {
+    const DecodeLongItemBuild b = decode_long_item_build(k, v, d);
+    EXPECT_EQ(b.blocks_per_sm, 0) << quant::elem_format_name(k) << " " << d;
+    EXPECT_EQ(b.item_granule_multiple, 0);
+  }
+  struct Case {
+    int32_t batch, ctx;
+    int32_t four_warps, wide;  // chunk tokens without and with the long-item build
+  };
+  const Case cases[] = {
+      {32, 32768, 16384, 32768},  // 512 -> 256 blocks: no merge (H200: 307 -> 297 us)
+      {8, 32768, 4096, 8192},     // 512 -> 256 blocks
+      {8, 131072, 16384, 32768},
+      {1, 32768, 1024, 1024},     // 256 blocks either way: 4 or 8 warps each
+      {1, 16384, 512, 512},       // short items: the few-blocks build, unchanged
+      {8, 1024, 256, 256},
+      {1, 1024, 64, 64},
+  };
+  for (const Case& c : cases) {
+    const std::vector<int32_t> lens(c.batch, c.ctx);
+    for (const bool use_wide : {false, true}) {
+      const auto plan = plan_decode_splits({.seq_lens = lens,
+                                            .num_kv_heads = 8,
+                                            .num_sms = 132,
+                                            .blocks_per_sm = 4,
+                                            .item_granule_multiple = 2,
+                                            .long_items = use_wide ? wide : DecodeLongItemBuild{}});
+      expect_covers(plan, lens);
+      EXPECT_EQ(plan.chunk_tokens, use_wide ? c.wide : c.four_warps) << c.batch << " x " << c.ctx;
+      if (use_wide && plan.chunk_tokens >= kDecodeLongItemTokens) EXPECT_EQ(plan.chunk_tokens % 256, 0);
+    }
+  }
+}
+
 TEST(DecodeSplitPlan, DoesNotSplitABigBatch) {
   const std::vector<int32_t> lens(256, 4096);
   const auto plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132});
@@ -150,6 +198,9 @@ TEST(DecodeSplitPlan, RejectsBadInput) {
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .force_chunk_tokens = 100}), Error);
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 0}), Error);
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .item_granule_multiple = 0}), Error);
+  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .long_items = {.blocks_per_sm = -1}}), Error);
+  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .long_items = {.item_granule_multiple = -2}}),
+               Error);
 }
 
 }  // namespace
