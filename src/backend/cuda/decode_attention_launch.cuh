@@ -52,11 +52,10 @@ constexpr int spread_smem_bytes(int own, int blocks) {
   return blocks > 0 && share > own ? share : own;
 }
 
-template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks, bool kOneP>
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks, bool kOneP, int kWarps>
 void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
-  constexpr int kWarps = tc_block_warps(KF, VF, kHeadDim, kSteps, kFewBlocks);
   using T = TcTraits<KF, VF, kHeadDim, kWarps>;
-  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks, kOneP>;
+  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks, kOneP, kWarps>;
   static std::once_flag smem_raised;  // one per instantiation: room for the spread launch too
   std::call_once(smem_raised, [&] {
     NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -71,23 +70,25 @@ void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm,
 }
 
 // The build with p as one f16 where V is nvfp4 and the caller allows it, else the exact one.
-template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false>
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false,
+          int kWarps = kTcWarps>
 void launch_decode_tc_steps(const DecodeKernelArgs& args, bool one_p, int max_blocks_per_sm, dim3 grid,
                             cudaStream_t stream) {
   if constexpr (VF == quant::ElemFormat::kNVFP4) {
     if (one_p) {
-      launch_decode_tc_build<KF, VF, kHeadDim, kSteps, kFewBlocks, true>(args, max_blocks_per_sm, grid, stream);
+      launch_decode_tc_build<KF, VF, kHeadDim, kSteps, kFewBlocks, true, kWarps>(args, max_blocks_per_sm, grid, stream);
       return;
     }
   }
-  launch_decode_tc_build<KF, VF, kHeadDim, kSteps, kFewBlocks, false>(args, max_blocks_per_sm, grid, stream);
+  launch_decode_tc_build<KF, VF, kHeadDim, kSteps, kFewBlocks, false, kWarps>(args, max_blocks_per_sm, grid, stream);
 }
 
 // steps: 1, or 2 where tc_steps(KF, VF, kHeadDim) is 2 (only then is the 32-token-step build made,
-// and its few-blocks build: few_blocks, DecodeLaunch::tc_few_blocks).
+// and its few-blocks build: few_blocks, DecodeLaunch::tc_few_blocks, and its long-item build: wide,
+// DecodeLaunch::tc_wide).
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
-void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, bool one_p, int max_blocks_per_sm,
-                            dim3 grid, cudaStream_t stream) {
+void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, bool wide, bool one_p,
+                            int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   constexpr int kMaxSteps = tc_steps(KF, VF, kHeadDim);
   if (steps < 1 || steps > kMaxSteps) {
     throw_unsupported("decode attention", "chunks per warp step", kMaxSteps == 2 ? "1, 2" : "1", steps);
@@ -96,6 +97,8 @@ void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_bl
     if (steps == 2) {
       if (few_blocks) {
         launch_decode_tc_steps<KF, VF, kHeadDim, 2, true>(args, one_p, max_blocks_per_sm, grid, stream);
+      } else if (wide) {
+        launch_decode_tc_steps<KF, VF, kHeadDim, 2, false, kTcWideWarps>(args, one_p, max_blocks_per_sm, grid, stream);
       } else {
         launch_decode_tc_steps<KF, VF, kHeadDim, 2>(args, one_p, max_blocks_per_sm, grid, stream);
       }
@@ -112,12 +115,18 @@ void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_bl
 }
 
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, bool one_p,
-                                int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, bool wide,
+                                bool one_p, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   switch (head_dim) {
-    case 64: launch_decode_tc_shape<KF, VF, 64>(args, steps, few_blocks, one_p, max_blocks_per_sm, grid, stream); break;
-    case 128: launch_decode_tc_shape<KF, VF, 128>(args, steps, few_blocks, one_p, max_blocks_per_sm, grid, stream); break;
-    case 256: launch_decode_tc_shape<KF, VF, 256>(args, steps, few_blocks, one_p, max_blocks_per_sm, grid, stream); break;
+    case 64:
+      launch_decode_tc_shape<KF, VF, 64>(args, steps, few_blocks, wide, one_p, max_blocks_per_sm, grid, stream);
+      break;
+    case 128:
+      launch_decode_tc_shape<KF, VF, 128>(args, steps, few_blocks, wide, one_p, max_blocks_per_sm, grid, stream);
+      break;
+    case 256:
+      launch_decode_tc_shape<KF, VF, 256>(args, steps, few_blocks, wide, one_p, max_blocks_per_sm, grid, stream);
+      break;
     default: throw_unsupported("decode attention", "head_dim", "64, 128, 256", head_dim);
   }
 }

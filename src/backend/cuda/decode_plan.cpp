@@ -57,6 +57,16 @@ int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_
   return chunk_granules[pick];
 }
 
+// Whether items of `cg` granules run the long-item build (DecodePlanInputs::long_items): at least
+// kDecodeWideItemTokens on a grid of one wave of its blocks, or kDecodeWideManyWavesTokens on any.
+bool wide_fits(const DecodePlanInputs& in, int64_t cg) {
+  if (in.long_items.blocks_per_sm <= 0) return false;
+  const int64_t tokens = cg * kDecodeSplitGranule;
+  const int64_t blocks = count_items(in, cg) * in.num_kv_heads * in.group_chunks;
+  return tokens >= kDecodeWideItemTokens &&
+         (blocks <= in.num_sms * in.long_items.blocks_per_sm || tokens >= kDecodeWideManyWavesTokens);
+}
+
 }  // namespace
 
 DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
@@ -104,11 +114,17 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       }
     }
     if (in.blocks_per_sm > base_blocks_per_sm) {
-      const DecodeLongItemBuild& lb = in.long_items;
       const int64_t cg_full =
-          chunk_for_slots(in, max_granules, min_granules, lb.blocks_per_sm > 0 ? lb.blocks_per_sm : in.blocks_per_sm,
-                          lb.item_granule_multiple > 0 ? lb.item_granule_multiple : in.item_granule_multiple);
+          chunk_for_slots(in, max_granules, min_granules, in.blocks_per_sm, in.item_granule_multiple);
       if (cg_full * kDecodeSplitGranule >= kDecodeLongItemTokens) cg = cg_full;
+      // The long-item build where its items are long enough (wide_fits), sized for its own slots.
+      const DecodeLongItemBuild& lb = in.long_items;
+      if (lb.blocks_per_sm > 0) {
+        const int64_t cg_wide = chunk_for_slots(in, max_granules, min_granules, lb.blocks_per_sm,
+                                                lb.item_granule_multiple > 0 ? lb.item_granule_multiple
+                                                                             : in.item_granule_multiple);
+        if (wide_fits(in, cg_wide)) cg = cg_wide;
+      }
     } else if (count_items(in, 1) * in.num_kv_heads * in.group_chunks <= in.num_sms * base_blocks_per_sm) {
       // Memory-bound formats: one granule per item while that grid is still one wave at 2 blocks per
       // SM (batch-1 steps of short contexts; "one wave of granules" in decode_plan.h).
@@ -120,6 +136,7 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   DecodeSplitPlan plan;
   plan.num_seqs = static_cast<int32_t>(num_seqs);
   plan.chunk_tokens = static_cast<int32_t>(chunk);
+  plan.long_item_build = wide_fits(in, chunk / kDecodeSplitGranule);
   plan.num_sms = static_cast<int32_t>(in.num_sms);
   plan.seq_work_offset.reserve(num_seqs + 1);
   for (int64_t s = 0; s < num_seqs; ++s) {

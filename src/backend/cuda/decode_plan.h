@@ -41,9 +41,18 @@ inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half t
 // not one wave) 64-token items were slower: 4.73-4.78 -> 4.82-4.87 (bf16). nvfp4 keeps the rules
 // above (1K: 4.66-4.72 with them, 4.69-4.71 forced to 64; 256-token items 4.74).
 
-// The kernel build that runs items of at least kDecodeLongItemTokens, where it differs from the one
-// blocks_per_sm and item_granule_multiple describe (decode_long_item_build: nvfp4 at head_dim 128
-// runs them in blocks of 8 warps, 2 per SM, on items of a multiple of 4 granules). 0 = the same.
+// A second build for long items (decode_long_item_build: nvfp4 at head_dim 128 has one with blocks of
+// 8 warps, 2 per SM, on items of a multiple of 4 granules; 0 = none). The plan takes it, sized for its
+// own slots, where its items are at least kDecodeWideItemTokens and its grid is one wave of its
+// blocks, or its items are at least kDecodeWideManyWavesTokens (DecodeSplitPlan::long_item_build).
+// H200, 2026-12-01, graph replays, GQA 4, nvfp4 us, 4-warp plan -> 8-warp plan where they differ:
+// one wave: 4K x 32 50.5 -> 46.7 (4K items), 16K x 8 50.8 -> 50.0 (4K), 16K x 32 161 -> 155, 32K x 8
+// 87.4 -> 85.7, 32K x 32 306 -> 295, 128K x 8 309 -> 301, 128K x 32 1178 -> 1143; several waves: 32K x
+// 128 1157 -> 1146, 128K x 128 4560 -> 4478, 16K x 128 594 -> 594, 16K x 256 1163 -> 1168; and where
+// it lost: 1K items (32K x 1 20.5 -> 22.5, 1K x 128 56 -> 65, 4K x 8 19.3 -> 22.6), 4K items on several
+// waves (4K x 128 162 -> 171, 4K x 256 313 -> 331).
+inline constexpr int64_t kDecodeWideItemTokens = 4096;
+inline constexpr int64_t kDecodeWideManyWavesTokens = 32768;
 struct DecodeLongItemBuild {
   int64_t blocks_per_sm = 0;
   int64_t item_granule_multiple = 0;
@@ -55,9 +64,8 @@ struct DecodePlanInputs {
   int64_t group_chunks = 1;   // ceil(query heads per KV head / 8)
   int64_t num_sms = 132;      // cudaDevAttrMultiProcessorCount of the device
   // Blocks per SM worth running for the format (decode_blocks_per_sm): the plan always aims at
-  // min(this, kDecodeMemoryBoundBlocksPerSm) per SM, and (where this is more) at every slot of the
-  // long-item build (long_items, else this many per SM) when the items that gives are >=
-  // kDecodeLongItemTokens.
+  // min(this, kDecodeMemoryBoundBlocksPerSm) per SM, and at all of them when the items that gives
+  // are >= kDecodeLongItemTokens (or at long_items' slots, above).
   int64_t blocks_per_sm = 4;
   // Never split finer than this (a shorter item costs a block's whole latency chain for little
   // work); lowered once to kDecodeIdleChunkTokens when it would leave more than half the SMs idle.
@@ -78,6 +86,7 @@ struct DecodeSplitPlan {
   int32_t max_splits = 1;     // most items of one sequence; 1 = no reduce kernel needed
   int32_t chunk_tokens = 0;   // the chunk length used (multiple of kDecodeSplitGranule)
   int32_t num_sms = 0;        // the SMs it was sized for (DecodePlanInputs::num_sms)
+  bool long_item_build = false;  // run by DecodePlanInputs::long_items' build (forced chunks too)
   // The device copy is one int32 array (packed()), laid out as
   //   [work_seq: num_work][work_begin: num_work][work_end: num_work][seq_work_offset: num_seqs + 1]
   std::vector<int32_t> work_seq;         // [num_work] sequence of each item

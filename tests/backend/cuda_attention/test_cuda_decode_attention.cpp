@@ -271,6 +271,7 @@ void run_and_compare(const RunSpec& r) {
                                                      .num_kv_heads = r.kv_heads,
                                                      .group_chunks = decode_group_chunks(num_q_heads, r.kv_heads),
                                                      .num_sms = test::device_sm_count(),
+                                                     .long_items = decode_long_item_build(kl.format, vl.format, d),
                                                      .force_chunk_tokens = chunk});
     const DeviceBuffer d_plan = DeviceBuffer::from(plan.packed());
     DeviceBuffer partial_out(std::max<int64_t>(1, decode_partial_out_floats(plan, num_q_heads, d)) * sizeof(float));
@@ -460,21 +461,22 @@ TEST_P(CudaDecodeFormat, GroupSizesOtherThanPowersOfTwoAndAboveEight) {
 TEST_P(CudaDecodeFormat, LongContext128K) {
   NIBBLE_SKIP_WITHOUT_GPU();
   run_and_compare({.dtype = GetParam(), .head_dim = 128, .kv_heads = 1, .group = 4, .page_size = 64,
-                   .seq_lens = {131072}, .chunk_variants = {0}});
+                   .seq_lens = {131072}, .chunk_variants = {0, 8192}});
 }
 
-// nvfp4 at head_dim 128 has three tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
+// nvfp4 at head_dim 128 has four tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
 // plans whose items are all <= kTcShortItemTokens = 64 run the 16-token one) and, for 32-token steps,
-// the few-blocks build (items < kDecodeLongItemTokens on a small grid: tc_few_blocks): items of 64
-// tokens take the first, 128, 192 and 256 the few-blocks one, 1024 the any-plan 32-token one, over
-// lengths that end mid-chunk, mid-step and on a page.
+// the few-blocks build (items < kDecodeLongItemTokens on a small grid: tc_few_blocks) and the 8-warp
+// long-item build (items >= kDecodeWideItemTokens on one wave: tc_wide): items of 64 tokens take the
+// first, 128, 192 and 256 the few-blocks one, 1024 the any-plan 32-token one, 4096 the 8-warp one,
+// over lengths that end mid-chunk, mid-step and on a page.
 TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
   NIBBLE_SKIP_WITHOUT_GPU();
   for (int group : {1, 4, 8}) {
     for (const std::vector<int32_t>& lens :
          {std::vector<int32_t>{1}, {17}, {40}, {128}, {1000}, {4097, 1, 100, 33, 7}}) {
       run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = 128, .kv_heads = 2, .group = group, .page_size = 32,
-                       .seq_lens = lens, .chunk_variants = {64, 128, 192, 256, 1024}});
+                       .seq_lens = lens, .chunk_variants = {64, 128, 192, 256, 1024, 4096}});
       if (HasFailure()) return;
     }
   }
@@ -509,7 +511,7 @@ TEST(CudaDecodeRunningMax, ScoresThatClimbAndFallAlongTheSequence) {
       for (const bool exact : {false, true}) {
         if (exact && dtype != KvDtype::kNVFP4) continue;
         run_and_compare({.dtype = dtype, .head_dim = 128, .kv_heads = 2, .group = 4, .page_size = 16,
-                         .seq_lens = {40, 1000, 4097, 20000}, .chunk_variants = {0, 64, 1024}, .exact_p = exact,
+                         .seq_lens = {40, 1000, 4097, 20000}, .chunk_variants = {0, 64, 1024, 4096}, .exact_p = exact,
                          .k_ramp = ramp});
         if (HasFailure()) return;
       }

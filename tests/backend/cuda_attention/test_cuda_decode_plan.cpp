@@ -112,9 +112,10 @@ TEST(DecodeSplitPlan, ItemsOfThirtyTwoTokenStepBuildsSpanWholeBlockRounds) {
   }
 }
 
-// nvfp4 at head_dim 128 runs long items (>= kDecodeLongItemTokens) in blocks of 8 warps, 2 per SM:
-// the long-item plan fills 132 x 2 slots with items of whole 256-token rounds (8 warps x 32-token
-// steps) instead of 132 x 4 slots of 4-warp blocks; short plans, which run the 4-warp builds, stay.
+// nvfp4 at head_dim 128 has a long-item build, blocks of 8 warps at 2 per SM: where its items are >=
+// 4096 tokens on one wave of its blocks, or >= 32768 on any grid, the plan fills 132 x 2 slots with
+// items of whole 256-token rounds (8 warps x 32-token steps) instead of 132 x 4 slots of 4-warp
+// blocks, and says so (long_item_build); every other plan stays as without it.
 TEST(DecodeSplitPlan, LongItemsFollowTheWideBuild) {
   using quant::ElemFormat;
   const DecodeLongItemBuild wide = decode_long_item_build(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 128);
@@ -138,8 +139,11 @@ TEST(DecodeSplitPlan, LongItemsFollowTheWideBuild) {
       {32, 32768, 16384, 32768},  // 512 -> 256 blocks: no merge (H200: 307 -> 297 us)
       {8, 32768, 4096, 8192},     // 512 -> 256 blocks
       {8, 131072, 16384, 32768},
-      {1, 32768, 1024, 1024},     // 256 blocks either way: 4 or 8 warps each
-      {1, 16384, 512, 512},       // short items: the few-blocks build, unchanged
+      {16, 32768, 8192, 16384},   // one wave of 256 blocks
+      {128, 32768, 32768, 32768}, // several waves of 32K items: the same items, in 8-warp blocks
+      {128, 4096, 4096, 4096},    // several waves of 4K items: 4-warp blocks
+      {1, 32768, 1024, 1024},     // 1K items: 4-warp blocks
+      {1, 16384, 512, 512},       // short items: the few-blocks build
       {8, 1024, 256, 256},
       {1, 1024, 64, 64},
   };
@@ -154,7 +158,11 @@ TEST(DecodeSplitPlan, LongItemsFollowTheWideBuild) {
                                             .long_items = use_wide ? wide : DecodeLongItemBuild{}});
       expect_covers(plan, lens);
       EXPECT_EQ(plan.chunk_tokens, use_wide ? c.wide : c.four_warps) << c.batch << " x " << c.ctx;
-      if (use_wide && plan.chunk_tokens >= kDecodeLongItemTokens) EXPECT_EQ(plan.chunk_tokens % 256, 0);
+      const bool wide_items =
+          plan.chunk_tokens >= kDecodeWideManyWavesTokens ||
+          (plan.chunk_tokens >= kDecodeWideItemTokens && plan.num_work * 8 <= 2 * 132);
+      EXPECT_EQ(plan.long_item_build, use_wide && wide_items) << c.batch << " x " << c.ctx;
+      if (plan.long_item_build) EXPECT_EQ(plan.chunk_tokens % 256, 0);
     }
   }
 }
@@ -198,6 +206,14 @@ TEST(DecodeSplitPlan, RejectsBadInput) {
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .force_chunk_tokens = 100}), Error);
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 0}), Error);
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .item_granule_multiple = 0}), Error);
+  // Forced chunks take the long-item build by the same rule.
+  const std::vector<int32_t> long_seq = {20000};
+  const DecodeLongItemBuild wide = decode_long_item_build(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
+  for (const int64_t chunk : {1024, 4096, 8192}) {
+    const auto plan = plan_decode_splits(
+        {.seq_lens = long_seq, .num_kv_heads = 2, .long_items = wide, .force_chunk_tokens = chunk});
+    EXPECT_EQ(plan.long_item_build, chunk >= 4096) << chunk;
+  }
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .long_items = {.blocks_per_sm = -1}}), Error);
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .long_items = {.item_granule_multiple = -2}}),
                Error);
