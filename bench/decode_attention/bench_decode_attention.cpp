@@ -258,7 +258,7 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
        .num_sms = dev.sms,
        .blocks_per_sm = cuda::decode_blocks_per_sm(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
        .item_granule_multiple = cuda::decode_item_granules(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
-       .long_items = cuda::decode_long_item_build(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
+       .long_items = cuda::decode_long_item_builds(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
        .force_chunk_tokens = force_chunk});
   return c;
 }

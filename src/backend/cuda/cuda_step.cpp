@@ -110,7 +110,7 @@ CudaPlannedStep::CudaPlannedStep(const StepPlan& plan, const AttentionGeometry* 
            .num_sms = num_sms,
            .blocks_per_sm = cuda::decode_blocks_per_sm(geometry->k_format, geometry->v_format, a.head_dim),
            .item_granule_multiple = cuda::decode_item_granules(geometry->k_format, geometry->v_format, a.head_dim),
-           .long_items = cuda::decode_long_item_build(geometry->k_format, geometry->v_format, a.head_dim)});
+           .long_items = cuda::decode_long_item_builds(geometry->k_format, geometry->v_format, a.head_dim)});
     }
   }
 }
@@ -169,7 +169,7 @@ CudaDecodeState& CudaPlannedStep::decode_state(const AttentionGeometry& geometry
        .num_sms = num_sms,
        .blocks_per_sm = cuda::decode_blocks_per_sm(geometry.k_format, geometry.v_format, a.head_dim),
        .item_granule_multiple = cuda::decode_item_granules(geometry.k_format, geometry.v_format, a.head_dim),
-       .long_items = cuda::decode_long_item_build(geometry.k_format, geometry.v_format, a.head_dim)});
+       .long_items = cuda::decode_long_item_builds(geometry.k_format, geometry.v_format, a.head_dim)});
   fill_decode_state(memory_->decode, geometry, plan, stream_);
   decode_ready_ = true;
   return memory_->decode;

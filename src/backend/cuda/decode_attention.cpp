@@ -40,14 +40,21 @@ int64_t decode_item_granules(quant::ElemFormat k_format, quant::ElemFormat v_for
   return std::max<int64_t>(1, block_round / kDecodeSplitGranule);
 }
 
-DecodeLongItemBuild decode_long_item_build(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
+std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(quant::ElemFormat k_format,
+                                                                               quant::ElemFormat v_format,
+                                                                               int64_t head_dim) {
   if (k_format == quant::ElemFormat::kF32) return {};
   const int hd = static_cast<int>(head_dim);
   const int steps = detail::tc_steps(k_format, v_format, hd);
-  if (steps != 2) return {};  // the long-item build exists where the 32-token-step build does
-  constexpr int kWarps = detail::kTcWideWarps;
-  return {.blocks_per_sm = detail::tc_geometry(k_format, v_format, hd, kWarps).blocks_per_sm,
-          .item_granule_multiple = std::max<int64_t>(1, kWarps * detail::kTcChunk * steps / kDecodeSplitGranule)};
+  if (steps != 2) return {};  // the long-item builds exist where the 32-token-step build does
+  auto build = [&](int warps, int64_t many_waves_tokens) {
+    return DecodeLongItemBuild{
+        .warps = warps,
+        .blocks_per_sm = detail::tc_geometry(k_format, v_format, hd, warps).blocks_per_sm,
+        .item_granule_multiple = std::max<int64_t>(1, warps * detail::kTcChunk * steps / kDecodeSplitGranule),
+        .many_waves_tokens = many_waves_tokens};
+  };
+  return {build(detail::kTcSmWarps, kDecodeSmBlockManyWavesTokens), build(detail::kTcWideWarps, kDecodeWideManyWavesTokens)};
 }
 
 int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {
@@ -176,7 +183,8 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   launch.tc_few_blocks = detail::tc_steps(kf, vf, static_cast<int>(head_dim)) == 2 &&
                         plan.chunk_tokens < kDecodeLongItemTokens &&
                         static_cast<int64_t>(launch.grid_tc.x) <= int64_t{detail::kTcFewBlocksPerSm} * plan.num_sms;
-  launch.tc_wide = plan.long_item_build && launch.tc_steps == 2 && !launch.tc_few_blocks;
+  launch.tc_warps = plan.block_warps > 0 && launch.tc_steps == 2 && !launch.tc_few_blocks ? plan.block_warps
+                                                                                          : detail::kTcWarps;
   launch.tc_one_p = vf == ElemFormat::kNVFP4 && !p.exact_p;
   if (p.spread_blocks &&
       static_cast<int64_t>(launch.grid_tc.x) <= kDecodeMemoryBoundBlocksPerSm * static_cast<int64_t>(plan.num_sms)) {
@@ -197,19 +205,19 @@ void launch_decode_kernel(const DecodeLaunch& l, cudaStream_t stream) {
     launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(l.args, l.head_dim, l.max_group, l.grid, stream);
   } else if (kf == ElemFormat::kBF16 && vf == ElemFormat::kBF16) {
     launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
-                                                                    l.tc_wide, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
+                                                                    l.tc_warps, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
                                                                     stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kFP8) {
     launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
-                                                                    l.tc_wide, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
+                                                                    l.tc_warps, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
                                                                     stream);
   } else if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
     launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
-                                                                    l.tc_wide, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
+                                                                    l.tc_warps, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
                                                                     stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4) {
     launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
-                                                                    l.tc_wide, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
+                                                                    l.tc_warps, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
                                                                     stream);
   } else {
     NIBBLE_FAIL("decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",

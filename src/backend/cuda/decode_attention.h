@@ -94,11 +94,12 @@ int64_t decode_blocks_per_sm(quant::ElemFormat k_format, quant::ElemFormat v_for
 // warp steps (nvfp4 at head_dim 128), else 1. The DecodePlanInputs::item_granule_multiple.
 int64_t decode_item_granules(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
-// The build that runs items of at least kDecodeLongItemTokens where it is not the one the two
-// functions above describe: nvfp4 at head_dim 128 runs them in blocks of 8 warps (2 per SM, items of
-// a multiple of 4 granules so that each warp gets the same number of 32-token steps); {0, 0} for
-// every other format. The DecodePlanInputs::long_items.
-DecodeLongItemBuild decode_long_item_build(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
+// The long-item builds of the format pair and head_dim, in order of preference (decode_plan.h): for
+// nvfp4 at head_dim 128 blocks of 16 warps (1 per SM) and of 8 warps (2 per SM), items of whole
+// rounds of their warps' 32-token steps; none (warps 0) for every other. The DecodePlanInputs::long_items.
+std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(quant::ElemFormat k_format,
+                                                                               quant::ElemFormat v_format,
+                                                                               int64_t head_dim);
 
 // ceil(query heads per KV head / 8): the DecodePlanInputs::group_chunks for this geometry.
 int64_t decode_group_chunks(int64_t num_q_heads, int64_t num_kv_heads);

@@ -84,10 +84,10 @@ void launch_decode_tc_steps(const DecodeKernelArgs& args, bool one_p, int max_bl
 }
 
 // steps: 1, or 2 where tc_steps(KF, VF, kHeadDim) is 2 (only then is the 32-token-step build made,
-// and its few-blocks build: few_blocks, DecodeLaunch::tc_few_blocks, and its long-item build: wide,
-// DecodeLaunch::tc_wide).
+// and its few-blocks build: few_blocks, DecodeLaunch::tc_few_blocks, and its long-item builds: warps,
+// DecodeLaunch::tc_warps).
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
-void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, bool wide, bool one_p,
+void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, int warps, bool one_p,
                             int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   constexpr int kMaxSteps = tc_steps(KF, VF, kHeadDim);
   if (steps < 1 || steps > kMaxSteps) {
@@ -97,7 +97,9 @@ void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_bl
     if (steps == 2) {
       if (few_blocks) {
         launch_decode_tc_steps<KF, VF, kHeadDim, 2, true>(args, one_p, max_blocks_per_sm, grid, stream);
-      } else if (wide) {
+      } else if (warps == kTcSmWarps) {
+        launch_decode_tc_steps<KF, VF, kHeadDim, 2, false, kTcSmWarps>(args, one_p, max_blocks_per_sm, grid, stream);
+      } else if (warps == kTcWideWarps) {
         launch_decode_tc_steps<KF, VF, kHeadDim, 2, false, kTcWideWarps>(args, one_p, max_blocks_per_sm, grid, stream);
       } else {
         launch_decode_tc_steps<KF, VF, kHeadDim, 2>(args, one_p, max_blocks_per_sm, grid, stream);
@@ -115,17 +117,17 @@ void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_bl
 }
 
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, bool wide,
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, int warps,
                                 bool one_p, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   switch (head_dim) {
     case 64:
-      launch_decode_tc_shape<KF, VF, 64>(args, steps, few_blocks, wide, one_p, max_blocks_per_sm, grid, stream);
+      launch_decode_tc_shape<KF, VF, 64>(args, steps, few_blocks, warps, one_p, max_blocks_per_sm, grid, stream);
       break;
     case 128:
-      launch_decode_tc_shape<KF, VF, 128>(args, steps, few_blocks, wide, one_p, max_blocks_per_sm, grid, stream);
+      launch_decode_tc_shape<KF, VF, 128>(args, steps, few_blocks, warps, one_p, max_blocks_per_sm, grid, stream);
       break;
     case 256:
-      launch_decode_tc_shape<KF, VF, 256>(args, steps, few_blocks, wide, one_p, max_blocks_per_sm, grid, stream);
+      launch_decode_tc_shape<KF, VF, 256>(args, steps, few_blocks, warps, one_p, max_blocks_per_sm, grid, stream);
       break;
     default: throw_unsupported("decode attention", "head_dim", "64, 128, 256", head_dim);
   }

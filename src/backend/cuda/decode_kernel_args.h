@@ -63,22 +63,25 @@ struct TcGeometry {
   int blocks_per_sm;
 };
 
-// Warps per block of the long-item build (DecodeLaunch::tc_wide): nvfp4 d128's any-plan build of
-// 32-token steps also comes with blocks of kTcWideWarps, for the plans that take it
-// (decode_long_item_build, DecodeSplitPlan::long_item_build); every other build has kTcWarps. The issue-bound nvfp4 loop ran 4 blocks of 4 warps per SM, and the SM's warp
-// scheduler favours its older blocks: on one SM the 4 blocks of equal items ended ~40 us apart at 32
-// x 32K (at 191, 230, 269 and 299 us of the call; a %globaltimer trace of every block, H200,
-// 2026-12-01), so the last third of each call ran with 3, 2, then 1 block resident (an SM with one
-// block of 4 warps does ~75% of the work per us of one with four). The warps of one block end
-// within ~1 us of each other, so 2 blocks of 8 warps (the same per-warp loop, an item's steps over
-// twice the warps, 2 per SM) keep 16 warps busy for longer, and fill the SMs with half the items:
-// 32 x 32K needs no split and no merge. H200, 2026-12-01, graph replays, nvfp4 us, 4 -> 8 warps
-// with the items that fill 2 per SM: GQA 4 32 x 32K 307.1 / 308.9 -> 296.7 / 296.8 (16K -> 32K
-// items), 8 x 128K 308.8 / 309.9 -> 302.9 / 303.6 (16K -> 32K), 8 x 32K 87.7 / 88.1 -> 86.3 / 86.4
-// (4K -> 8K); GQA 8 32 x 32K 308.4 / 310.0 -> 296.8 / 297.2. Short items lose (each block's
-// prologue and merge weigh more, and on several waves a new block's prologue has one block beside
-// it instead of three): which plans take it, decode_plan.h (kDecodeWideItemTokens).
-inline constexpr int kTcWideWarps = 8;
+// Warps per block of the long-item builds (DecodeLaunch::tc_warps): nvfp4 d128's any-plan build of
+// 32-token steps also comes with blocks of kTcWideWarps and of kTcSmWarps, for the plans that take
+// them (decode_long_item_builds, DecodeSplitPlan::block_warps); every other build has kTcWarps.
+// The issue-bound nvfp4 loop ran 4 blocks of 4 warps per SM, and the SM's warp scheduler favours its
+// older blocks: on one SM the 4 blocks of equal items ended ~40 us apart at 32 x 32K (at 191, 230,
+// 269 and 299 us of the call; a %globaltimer trace of every block, H200, 2026-12-01), so the last
+// third of each call ran with 3, 2, then 1 block resident (an SM with one block of 4 warps does ~75%
+// of the work per us of one with four). The warps of one block end within ~1 us of each other, so
+// fewer, wider blocks (the same per-warp loop, an item's steps over more warps) keep 16 warps busy
+// for longer, and fill the SMs with fewer items: 32 x 32K needs no split and no merge. H200,
+// 2026-12-01, graph replays, nvfp4 us, 4 -> 8 warps with the items that fill 2 per SM: GQA 4 32 x
+// 32K 307.1 / 308.9 -> 296.7 / 296.8 (16K -> 32K items), 8 x 128K 308.8 / 309.9 -> 302.9 / 303.6
+// (16K -> 32K), 8 x 32K 87.7 / 88.1 -> 86.3 / 86.4 (4K -> 8K); GQA 8 32 x 32K 308.4 / 310.0 ->
+// 296.8 / 297.2; 8 -> 16 warps (one block per SM, no stagger at all) where that grid is one wave: 8
+// x 32K 86.4 / 86.5 -> 83.7 / 83.4, 8 x 128K 304.4 / 303.8 -> 292.6 / 292.0. Short items or several
+// waves lose (each block's prologue and merge weigh more, and a new block's prologue has fewer
+// warps beside it): which plans take which, decode_plan.h (kDecodeWideItemTokens).
+inline constexpr int kTcWideWarps = 8;   // 2 blocks per SM
+inline constexpr int kTcSmWarps = 16;    // 1 block per SM: the register file at 128 per thread
 
 constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim, int warps = kTcWarps) {
   const int stage = kTcChunk * static_cast<int>(quant::data_bytes(kf, head_dim) + quant::scale_bytes(kf, head_dim) +
@@ -150,12 +153,13 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
 
 // Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside,
 // steps = 16-token chunks per warp step (1, or 2 where tc_steps is 2; decode_tc_steps); few_blocks
-// (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks); wide
-// (where tc_steps is 2, 32-token steps, not few_blocks) = the long-item build (DecodeLaunch::tc_wide);
+// (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks); warps
+// (kTcWarps; where tc_steps is 2, with 32-token steps and not few_blocks, also a long-item build's:
+// DecodeLaunch::tc_warps);
 // one_p = p into P·V as one f16 (only where V is nvfp4: DecodeLaunch::tc_one_p).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
-void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, bool wide,
+void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, int warps,
                                 bool one_p, int max_blocks_per_sm, dim3 grid, cudaStream_t stream);
 
 // The split-KV merge (decode_reduce.cu); a sequence of one work item is skipped (the decode kernel
@@ -189,9 +193,9 @@ struct DecodeLaunch {
   // fits kTcFewBlocksPerSm blocks on each of the plan's SMs (DecodeSplitPlan::num_sms). A benchmark
   // may clear it to time the any-plan build.
   bool tc_few_blocks;
-  // The long-item build (kTcWideWarps warps per block) where tc_steps is 2 and the plan was sized
-  // for it (DecodeSplitPlan::long_item_build).
-  bool tc_wide = false;
+  // Warps per block: kTcWarps, or a long-item build's (kTcWideWarps, kTcSmWarps) where tc_steps is 2
+  // and the plan was sized for it (DecodeSplitPlan::block_warps).
+  int tc_warps = kTcWarps;
   // > 0: the tensor-core kernel's shared memory is raised so that at most this many blocks share an
   // SM (DecodeAttentionParams::spread_blocks); 0: as many as fit.
   int max_blocks_per_sm = 0;

@@ -57,14 +57,13 @@ int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_
   return chunk_granules[pick];
 }
 
-// Whether items of `cg` granules run the long-item build (DecodePlanInputs::long_items): at least
-// kDecodeWideItemTokens on a grid of one wave of its blocks, or kDecodeWideManyWavesTokens on any.
-bool wide_fits(const DecodePlanInputs& in, int64_t cg) {
-  if (in.long_items.blocks_per_sm <= 0) return false;
+// Whether items of `cg` granules run long-item build b: at least kDecodeWideItemTokens on a grid of
+// one wave of its blocks, or its many_waves_tokens on any.
+bool wide_fits(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t cg) {
+  if (b.warps <= 0) return false;
   const int64_t tokens = cg * kDecodeSplitGranule;
   const int64_t blocks = count_items(in, cg) * in.num_kv_heads * in.group_chunks;
-  return tokens >= kDecodeWideItemTokens &&
-         (blocks <= in.num_sms * in.long_items.blocks_per_sm || tokens >= kDecodeWideManyWavesTokens);
+  return tokens >= kDecodeWideItemTokens && (blocks <= in.num_sms * b.blocks_per_sm || tokens >= b.many_waves_tokens);
 }
 
 }  // namespace
@@ -77,10 +76,12 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
                "decode plan: kv_heads {}, group_chunks {}, num_sms {}, blocks_per_sm {}, item_granule_multiple {} "
                "must all be positive",
                in.num_kv_heads, in.group_chunks, in.num_sms, in.blocks_per_sm, in.item_granule_multiple);
-  NIBBLE_CHECK(in.long_items.blocks_per_sm >= 0 && in.long_items.item_granule_multiple >= 0,
-               "decode plan: the long-item build's blocks_per_sm {} and item_granule_multiple {} must be >= 0 "
-               "(0 = as the others)",
-               in.long_items.blocks_per_sm, in.long_items.item_granule_multiple);
+  for (const DecodeLongItemBuild& b : in.long_items) {
+    NIBBLE_CHECK(b.warps == 0 || (b.warps > 0 && b.blocks_per_sm > 0 && b.item_granule_multiple > 0),
+                 "decode plan: a long-item build of {} warps needs blocks_per_sm ({}) and item_granule_multiple "
+                 "({}) > 0 (warps 0 = none)",
+                 b.warps, b.blocks_per_sm, b.item_granule_multiple);
+  }
   int64_t max_len = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     NIBBLE_CHECK(in.seq_lens[s] >= 1, "decode plan: sequence {} has length {}, expected >= 1", s, in.seq_lens[s]);
@@ -117,13 +118,14 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       const int64_t cg_full =
           chunk_for_slots(in, max_granules, min_granules, in.blocks_per_sm, in.item_granule_multiple);
       if (cg_full * kDecodeSplitGranule >= kDecodeLongItemTokens) cg = cg_full;
-      // The long-item build where its items are long enough (wide_fits), sized for its own slots.
-      const DecodeLongItemBuild& lb = in.long_items;
-      if (lb.blocks_per_sm > 0) {
-        const int64_t cg_wide = chunk_for_slots(in, max_granules, min_granules, lb.blocks_per_sm,
-                                                lb.item_granule_multiple > 0 ? lb.item_granule_multiple
-                                                                             : in.item_granule_multiple);
-        if (wide_fits(in, cg_wide)) cg = cg_wide;
+      // The first long-item build whose items, sized for its own slots, are long enough (wide_fits).
+      for (const DecodeLongItemBuild& b : in.long_items) {
+        if (b.warps <= 0) continue;
+        const int64_t cg_wide = chunk_for_slots(in, max_granules, min_granules, b.blocks_per_sm, b.item_granule_multiple);
+        if (wide_fits(in, b, cg_wide)) {
+          cg = cg_wide;
+          break;
+        }
       }
     } else if (count_items(in, 1) * in.num_kv_heads * in.group_chunks <= in.num_sms * base_blocks_per_sm) {
       // Memory-bound formats: one granule per item while that grid is still one wave at 2 blocks per
@@ -136,7 +138,12 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   DecodeSplitPlan plan;
   plan.num_seqs = static_cast<int32_t>(num_seqs);
   plan.chunk_tokens = static_cast<int32_t>(chunk);
-  plan.long_item_build = wide_fits(in, chunk / kDecodeSplitGranule);
+  for (const DecodeLongItemBuild& b : in.long_items) {
+    if (wide_fits(in, b, chunk / kDecodeSplitGranule)) {
+      plan.block_warps = b.warps;
+      break;
+    }
+  }
   plan.num_sms = static_cast<int32_t>(in.num_sms);
   plan.seq_work_offset.reserve(num_seqs + 1);
   for (int64_t s = 0; s < num_seqs; ++s) {

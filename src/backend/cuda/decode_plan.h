@@ -9,6 +9,7 @@
 // sequence of one item writes its output directly. Chunk boundaries are multiples of
 // kDecodeSplitGranule tokens (a multiple of every kernel tile), so tiles never straddle two items.
 #include <cstdint>
+#include <array>
 #include <span>
 #include <vector>
 
@@ -41,22 +42,32 @@ inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half t
 // not one wave) 64-token items were slower: 4.73-4.78 -> 4.82-4.87 (bf16). nvfp4 keeps the rules
 // above (1K: 4.66-4.72 with them, 4.69-4.71 forced to 64; 256-token items 4.74).
 
-// A second build for long items (decode_long_item_build: nvfp4 at head_dim 128 has one with blocks of
-// 8 warps, 2 per SM, on items of a multiple of 4 granules; 0 = none). The plan takes it, sized for its
-// own slots, where its items are at least kDecodeWideItemTokens and its grid is one wave of its
-// blocks, or its items are at least kDecodeWideManyWavesTokens (DecodeSplitPlan::long_item_build).
-// H200, 2026-12-01, graph replays, GQA 4, nvfp4 us, 4-warp plan -> 8-warp plan where they differ:
-// one wave: 4K x 32 50.5 -> 46.7 (4K items), 16K x 8 50.8 -> 50.0 (4K), 16K x 32 161 -> 155, 32K x 8
-// 87.4 -> 85.7, 32K x 32 306 -> 295, 128K x 8 309 -> 301, 128K x 32 1178 -> 1143; several waves: 32K x
-// 128 1157 -> 1146, 128K x 128 4560 -> 4478, 16K x 128 594 -> 594, 16K x 256 1163 -> 1168; and where
-// it lost: 1K items (32K x 1 20.5 -> 22.5, 1K x 128 56 -> 65, 4K x 8 19.3 -> 22.6), 4K items on several
-// waves (4K x 128 162 -> 171, 4K x 256 313 -> 331).
+// Long-item builds (decode_long_item_builds): nvfp4 at head_dim 128 has two besides its 4-warp ones,
+// blocks of 16 warps (1 per SM) and of 8 warps (2 per SM), on items of whole rounds of their warps'
+// 32-token steps. The plan takes the first that fits, sized for its own slots: items of at least
+// kDecodeWideItemTokens on one wave of its blocks, or of at least its many_waves_tokens on any grid
+// (DecodeSplitPlan::block_warps says which). H200, 2026-12-01, graph replays, GQA 4, nvfp4 us:
+//  - 4-warp -> 8-warp plan where they differ: one wave 4K x 32 50.5 -> 46.7 (4K items), 16K x 8
+//    50.8 -> 50.0, 16K x 32 161 -> 155, 32K x 8 87.4 -> 85.7, 32K x 32 306 -> 295, 128K x 8 309 ->
+//    301, 128K x 32 1178 -> 1143; several waves 32K x 128 1157 -> 1146, 128K x 128 4560 -> 4478, 16K
+//    x 128 594 -> 594, 16K x 256 1163 -> 1168; lost with 1K items (32K x 1 20.5 -> 22.5, 1K x 128 56
+//    -> 65, 4K x 8 19.3 -> 22.6) and 4K items on several waves (4K x 128 162 -> 171, 4K x 256 313 ->
+//    331);
+//  - 8-warp -> 16-warp plan: one wave 32K x 8 86.4 -> 83.5 (8K -> 16K items), 128K x 8 304 -> 292
+//    (32K -> 64K), 16K x 8 50.0 -> 48.6; 2 waves of 128K items 32 x 128K 1152 -> 1129; lost on 2
+//    waves of shorter items (32K x 32 298 -> 297.5, 16K x 32 155 -> 161, 4K x 32 46.6 -> 50.7) and
+//    on 8 of 32K items (32K x 128 1156 -> 1179): each block's end leaves its SM empty until the next
+//    one's prologue is done.
 inline constexpr int64_t kDecodeWideItemTokens = 4096;
-inline constexpr int64_t kDecodeWideManyWavesTokens = 32768;
+inline constexpr int64_t kDecodeWideManyWavesTokens = 32768;     // the 8-warp build
+inline constexpr int64_t kDecodeSmBlockManyWavesTokens = 65536;  // the 16-warp build
 struct DecodeLongItemBuild {
+  int32_t warps = 0;  // warps per block; 0 = none
   int64_t blocks_per_sm = 0;
-  int64_t item_granule_multiple = 0;
+  int64_t item_granule_multiple = 1;
+  int64_t many_waves_tokens = 0;  // items this long take it on any grid
 };
+inline constexpr int kDecodeLongItemBuilds = 2;
 
 struct DecodePlanInputs {
   std::span<const int32_t> seq_lens;  // [num_seqs] tokens in the cache per sequence (>= 1), host
@@ -76,7 +87,7 @@ struct DecodePlanInputs {
   // 32 per warp pair, 16 for the other two) 24.0 us, 1024-token items 22.6; 1 x 64K 38.3 -> 37.2;
   // 2 x 32K 38.2 -> 36.8.
   int64_t item_granule_multiple = 1;
-  DecodeLongItemBuild long_items{};  // the long-item plan's slots and rounding
+  std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> long_items{};  // in order of preference
   int64_t force_chunk_tokens = 0;  // > 0: use this chunk size (a multiple of the granule); tests
 };
 
@@ -86,7 +97,7 @@ struct DecodeSplitPlan {
   int32_t max_splits = 1;     // most items of one sequence; 1 = no reduce kernel needed
   int32_t chunk_tokens = 0;   // the chunk length used (multiple of kDecodeSplitGranule)
   int32_t num_sms = 0;        // the SMs it was sized for (DecodePlanInputs::num_sms)
-  bool long_item_build = false;  // run by DecodePlanInputs::long_items' build (forced chunks too)
+  int32_t block_warps = 0;    // the long-item build it is for (DecodeLongItemBuild::warps), forced chunks too; 0 = none
   // The device copy is one int32 array (packed()), laid out as
   //   [work_seq: num_work][work_begin: num_work][work_end: num_work][seq_work_offset: num_seqs + 1]
   std::vector<int32_t> work_seq;         // [num_work] sequence of each item

@@ -57,6 +57,9 @@ struct RunSpec {
   Rotation rotation = Rotation::kNone;
   bool q_bf16 = false;
   std::vector<int64_t> chunk_variants = {0, 64};  // 0 = the plan's heuristic; 64 = many splits
+  // >= 0: the plan is offered only that one of the format's long-item builds (decode_long_item_builds),
+  // so that small runs reach the 8-warp one too; -1: all of them, as the engine.
+  int only_long_build = -1;
   float g_k = 0.8f;
   float g_v = 1.3f;
   uint32_t seed = 7;
@@ -266,12 +269,16 @@ void run_and_compare(const RunSpec& r) {
   DeviceBuffer d_out(q.size() * sizeof(float));
   const double tol = tolerance(r.dtype, r.exact_p);
 
+  auto long_builds = decode_long_item_builds(kl.format, vl.format, d);
+  for (int i = 0; i < kDecodeLongItemBuilds; ++i) {
+    if (r.only_long_build >= 0 && i != r.only_long_build) long_builds[i] = {};
+  }
   for (int64_t chunk : r.chunk_variants) {
     const DecodeSplitPlan plan = plan_decode_splits({.seq_lens = r.seq_lens,
                                                      .num_kv_heads = r.kv_heads,
                                                      .group_chunks = decode_group_chunks(num_q_heads, r.kv_heads),
                                                      .num_sms = test::device_sm_count(),
-                                                     .long_items = decode_long_item_build(kl.format, vl.format, d),
+                                                     .long_items = long_builds,
                                                      .force_chunk_tokens = chunk});
     const DeviceBuffer d_plan = DeviceBuffer::from(plan.packed());
     DeviceBuffer partial_out(std::max<int64_t>(1, decode_partial_out_floats(plan, num_q_heads, d)) * sizeof(float));
@@ -464,12 +471,13 @@ TEST_P(CudaDecodeFormat, LongContext128K) {
                    .seq_lens = {131072}, .chunk_variants = {0, 8192}});
 }
 
-// nvfp4 at head_dim 128 has four tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
+// nvfp4 at head_dim 128 has five tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
 // plans whose items are all <= kTcShortItemTokens = 64 run the 16-token one) and, for 32-token steps,
-// the few-blocks build (items < kDecodeLongItemTokens on a small grid: tc_few_blocks) and the 8-warp
-// long-item build (items >= kDecodeWideItemTokens on one wave: tc_wide): items of 64 tokens take the
-// first, 128, 192 and 256 the few-blocks one, 1024 the any-plan 32-token one, 4096 the 8-warp one,
-// over lengths that end mid-chunk, mid-step and on a page.
+// the few-blocks build (items < kDecodeLongItemTokens on a small grid: tc_few_blocks) and the long-item
+// builds of 16 and 8 warps per block (items >= kDecodeWideItemTokens on one wave: tc_warps): items of
+// 64 tokens take the first, 128, 192 and 256 the few-blocks one, 1024 the any-plan 32-token one, 4096
+// the 16-warp one (or the 8-warp one where only that is offered), over lengths that end mid-chunk,
+// mid-step and on a page.
 TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
   NIBBLE_SKIP_WITHOUT_GPU();
   for (int group : {1, 4, 8}) {
@@ -477,6 +485,8 @@ TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
          {std::vector<int32_t>{1}, {17}, {40}, {128}, {1000}, {4097, 1, 100, 33, 7}}) {
       run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = 128, .kv_heads = 2, .group = group, .page_size = 32,
                        .seq_lens = lens, .chunk_variants = {64, 128, 192, 256, 1024, 4096}});
+      run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = 128, .kv_heads = 2, .group = group, .page_size = 32,
+                       .seq_lens = lens, .chunk_variants = {4096}, .only_long_build = 1});
       if (HasFailure()) return;
     }
   }

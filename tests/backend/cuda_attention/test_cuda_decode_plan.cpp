@@ -112,40 +112,47 @@ TEST(DecodeSplitPlan, ItemsOfThirtyTwoTokenStepBuildsSpanWholeBlockRounds) {
   }
 }
 
-// nvfp4 at head_dim 128 has a long-item build, blocks of 8 warps at 2 per SM: where its items are >=
-// 4096 tokens on one wave of its blocks, or >= 32768 on any grid, the plan fills 132 x 2 slots with
-// items of whole 256-token rounds (8 warps x 32-token steps) instead of 132 x 4 slots of 4-warp
-// blocks, and says so (long_item_build); every other plan stays as without it.
-TEST(DecodeSplitPlan, LongItemsFollowTheWideBuild) {
+// nvfp4 at head_dim 128 has two long-item builds, blocks of 16 warps (1 per SM) and of 8 (2 per SM).
+// The plan takes the first whose own plan has items >= 4096 tokens on one wave of its blocks, or >=
+// its many-waves length on any grid, with items of whole rounds of its warps' 32-token steps, and
+// says which (block_warps); every other plan stays as without them.
+TEST(DecodeSplitPlan, LongItemsFollowTheWideBuilds) {
   using quant::ElemFormat;
-  const DecodeLongItemBuild wide = decode_long_item_build(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 128);
-  EXPECT_EQ(wide.blocks_per_sm, 2);
-  EXPECT_EQ(wide.item_granule_multiple, 4);
+  const auto builds = decode_long_item_builds(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 128);
+  EXPECT_EQ(builds[0].warps, 16);
+  EXPECT_EQ(builds[0].blocks_per_sm, 1);
+  EXPECT_EQ(builds[0].item_granule_multiple, 8);
+  EXPECT_EQ(builds[0].many_waves_tokens, kDecodeSmBlockManyWavesTokens);
+  EXPECT_EQ(builds[1].warps, 8);
+  EXPECT_EQ(builds[1].blocks_per_sm, 2);
+  EXPECT_EQ(builds[1].item_granule_multiple, 4);
+  EXPECT_EQ(builds[1].many_waves_tokens, kDecodeWideManyWavesTokens);
   for (const auto& [k, v, d] : {std::tuple{ElemFormat::kNVFP4, ElemFormat::kNVFP4, 64},
                                 std::tuple{ElemFormat::kNVFP4, ElemFormat::kNVFP4, 256},
                                 std::tuple{ElemFormat::kFP8, ElemFormat::kNVFP4, 128},
                                 std::tuple{ElemFormat::kFP8, ElemFormat::kFP8, 128},
                                 std::tuple{ElemFormat::kBF16, ElemFormat::kBF16, 128},
                                 std::tuple{ElemFormat::kF32, ElemFormat::kF32, 128}}) {
-    const DecodeLongItemBuild b = decode_long_item_build(k, v, d);
-    EXPECT_EQ(b.blocks_per_sm, 0) << quant::elem_format_name(k) << " " << d;
-    EXPECT_EQ(b.item_granule_multiple, 0);
+    for (const DecodeLongItemBuild& b : decode_long_item_builds(k, v, d)) {
+      EXPECT_EQ(b.warps, 0) << quant::elem_format_name(k) << " " << d;
+    }
   }
   struct Case {
     int32_t batch, ctx;
-    int32_t four_warps, wide;  // chunk tokens without and with the long-item build
+    int32_t four_warps, wide, warps;  // chunk tokens without and with the long-item builds, and its warps
   };
   const Case cases[] = {
-      {32, 32768, 16384, 32768},  // 512 -> 256 blocks: no merge (H200: 307 -> 297 us)
-      {8, 32768, 4096, 8192},     // 512 -> 256 blocks
-      {8, 131072, 16384, 32768},
-      {16, 32768, 8192, 16384},   // one wave of 256 blocks
-      {128, 32768, 32768, 32768}, // several waves of 32K items: the same items, in 8-warp blocks
-      {128, 4096, 4096, 4096},    // several waves of 4K items: 4-warp blocks
-      {1, 32768, 1024, 1024},     // 1K items: 4-warp blocks
-      {1, 16384, 512, 512},       // short items: the few-blocks build
-      {8, 1024, 256, 256},
-      {1, 1024, 64, 64},
+      {8, 32768, 4096, 16384, 16},    // one wave of 128 blocks (H200: 87.3 -> 83.5 us)
+      {8, 131072, 16384, 65536, 16},  // (306.9 -> 292.3)
+      {32, 131072, 65536, 131072, 16},  // two waves of 128K items
+      {32, 32768, 16384, 32768, 8},   // 256 blocks: no merge (304.8 -> 294.8)
+      {16, 32768, 8192, 32768, 16},  // one wave of 128 blocks, no merge
+      {128, 32768, 32768, 32768, 8},  // several waves of 32K items: the same items, in 8-warp blocks
+      {128, 4096, 4096, 4096, 0},     // several waves of 4K items: 4-warp blocks
+      {1, 32768, 1024, 1024, 0},      // 1K items: 4-warp blocks
+      {1, 16384, 512, 512, 0},        // short items: the few-blocks build
+      {8, 1024, 256, 256, 0},
+      {1, 1024, 64, 64, 0},
   };
   for (const Case& c : cases) {
     const std::vector<int32_t> lens(c.batch, c.ctx);
@@ -155,16 +162,20 @@ TEST(DecodeSplitPlan, LongItemsFollowTheWideBuild) {
                                             .num_sms = 132,
                                             .blocks_per_sm = 4,
                                             .item_granule_multiple = 2,
-                                            .long_items = use_wide ? wide : DecodeLongItemBuild{}});
+                                            .long_items = use_wide ? builds : decltype(builds){}});
       expect_covers(plan, lens);
       EXPECT_EQ(plan.chunk_tokens, use_wide ? c.wide : c.four_warps) << c.batch << " x " << c.ctx;
-      const bool wide_items =
-          plan.chunk_tokens >= kDecodeWideManyWavesTokens ||
-          (plan.chunk_tokens >= kDecodeWideItemTokens && plan.num_work * 8 <= 2 * 132);
-      EXPECT_EQ(plan.long_item_build, use_wide && wide_items) << c.batch << " x " << c.ctx;
-      if (plan.long_item_build) EXPECT_EQ(plan.chunk_tokens % 256, 0);
+      EXPECT_EQ(plan.block_warps, use_wide ? c.warps : 0) << c.batch << " x " << c.ctx;
+      if (plan.block_warps > 0) EXPECT_EQ(plan.chunk_tokens % (32 * plan.block_warps), 0);
     }
   }
+  // With the 8-warp build alone, 8 x 32K takes it (one wave of 256 blocks of 8K items).
+  const std::vector<int32_t> lens(8, 32768);
+  const auto plan = plan_decode_splits(
+      {.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132, .blocks_per_sm = 4, .item_granule_multiple = 2,
+       .long_items = {DecodeLongItemBuild{}, builds[1]}});
+  EXPECT_EQ(plan.chunk_tokens, 8192);
+  EXPECT_EQ(plan.block_warps, 8);
 }
 
 TEST(DecodeSplitPlan, DoesNotSplitABigBatch) {
@@ -206,17 +217,22 @@ TEST(DecodeSplitPlan, RejectsBadInput) {
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .force_chunk_tokens = 100}), Error);
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 0}), Error);
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .item_granule_multiple = 0}), Error);
-  // Forced chunks take the long-item build by the same rule.
+  // Forced chunks take a long-item build by the same rule: one wave of 1-per-SM blocks here.
   const std::vector<int32_t> long_seq = {20000};
-  const DecodeLongItemBuild wide = decode_long_item_build(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
+  const auto builds = decode_long_item_builds(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
   for (const int64_t chunk : {1024, 4096, 8192}) {
     const auto plan = plan_decode_splits(
-        {.seq_lens = long_seq, .num_kv_heads = 2, .long_items = wide, .force_chunk_tokens = chunk});
-    EXPECT_EQ(plan.long_item_build, chunk >= 4096) << chunk;
+        {.seq_lens = long_seq, .num_kv_heads = 2, .long_items = builds, .force_chunk_tokens = chunk});
+    EXPECT_EQ(plan.block_warps, chunk >= 4096 ? 16 : 0) << chunk;
   }
-  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .long_items = {.blocks_per_sm = -1}}), Error);
-  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .long_items = {.item_granule_multiple = -2}}),
+  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .long_items = {{{.warps = 8, .blocks_per_sm = 0}}}}),
                Error);
+  EXPECT_THROW(
+      plan_decode_splits({.seq_lens = ok,
+                          .num_kv_heads = 8,
+                          .long_items = {{{.warps = 8, .blocks_per_sm = 2, .item_granule_multiple = 0}}}}),
+      Error);
+  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .long_items = {{{.warps = -1}}}}), Error);
 }
 
 }  // namespace
