@@ -54,10 +54,10 @@ inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half t
 //    -> 65, 4K x 8 19.3 -> 22.6) and 4K items on several waves (4K x 128 162 -> 171, 4K x 256 313 ->
 //    331);
 //  - 8-warp -> 16-warp plan: one wave 32K x 8 86.4 -> 83.5 (8K -> 16K items), 128K x 8 304 -> 292
-//    (32K -> 64K), 16K x 8 50.0 -> 48.6; 2 waves of 128K items 32 x 128K 1152 -> 1129; lost on 2
-//    waves of shorter items (32K x 32 298 -> 297.5, 16K x 32 155 -> 161, 4K x 32 46.6 -> 50.7) and
-//    on 8 of 32K items (32K x 128 1156 -> 1179): each block's end leaves its SM empty until the next
-//    one's prologue is done.
+//    (32K -> 64K), 16K x 8 50.0 -> 48.6; 2 waves of 128K items 32 x 128K 1152 -> 1129; nothing or
+//    worse on 2 waves of shorter items (32K x 32 297.8 -> 297.5, 16K x 32 155 -> 161, 4K x 32 46.6
+//    -> 50.7) and on 8 of 32K items (32K x 128 1156 -> 1179): each block's end leaves its SM empty
+//    until the next one's prologue is done.
 inline constexpr int64_t kDecodeWideItemTokens = 4096;
 inline constexpr int64_t kDecodeWideManyWavesTokens = 32768;     // the 8-warp build
 inline constexpr int64_t kDecodeSmBlockManyWavesTokens = 65536;  // the 16-warp build
