@@ -54,7 +54,8 @@ std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(q
         .item_granule_multiple = std::max<int64_t>(1, warps * detail::kTcChunk * steps / kDecodeSplitGranule),
         .many_waves_tokens = many_waves_tokens};
   };
-  return {build(detail::kTcSmWarps, kDecodeSmBlockManyWavesTokens), build(detail::kTcWideWarps, kDecodeWideManyWavesTokens)};
+  return {build(detail::kTcSmWarps, kDecodeSmBlockManyWavesTokens),
+          build(detail::kTcWideWarps, kDecodeWideManyWavesTokens)};
 }
 
 int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {
@@ -198,27 +199,30 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   return launch;
 }
 
+namespace {
+
+// The tensor-core kernel of one format pair, with the launch's build choices.
+template <quant::ElemFormat KF, quant::ElemFormat VF>
+void launch_tc(const DecodeLaunch& l, cudaStream_t stream) {
+  launch_decode_attention_tc<KF, VF>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks, l.tc_warps, l.tc_one_p,
+                                     l.max_blocks_per_sm, l.grid_tc, stream);
+}
+
+}  // namespace
+
 void launch_decode_kernel(const DecodeLaunch& l, cudaStream_t stream) {
   using quant::ElemFormat;
   const ElemFormat kf = l.k_format, vf = l.v_format;
   if (kf == ElemFormat::kF32 && vf == ElemFormat::kF32) {
     launch_decode_attention<ElemFormat::kF32, ElemFormat::kF32>(l.args, l.head_dim, l.max_group, l.grid, stream);
   } else if (kf == ElemFormat::kBF16 && vf == ElemFormat::kBF16) {
-    launch_decode_attention_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
-                                                                    l.tc_warps, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
-                                                                    stream);
+    launch_tc<ElemFormat::kBF16, ElemFormat::kBF16>(l, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kFP8) {
-    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
-                                                                    l.tc_warps, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
-                                                                    stream);
+    launch_tc<ElemFormat::kFP8, ElemFormat::kFP8>(l, stream);
   } else if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
-    launch_decode_attention_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
-                                                                    l.tc_warps, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
-                                                                    stream);
+    launch_tc<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(l, stream);
   } else if (kf == ElemFormat::kFP8 && vf == ElemFormat::kNVFP4) {
-    launch_decode_attention_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks,
-                                                                    l.tc_warps, l.tc_one_p, l.max_blocks_per_sm, l.grid_tc,
-                                                                    stream);
+    launch_tc<ElemFormat::kFP8, ElemFormat::kNVFP4>(l, stream);
   } else {
     NIBBLE_FAIL("decode attention: no CUDA kernel for K {} with V {} (supported: f32, bf16, fp8, nvfp4, k8v4)",
                 quant::elem_format_name(kf), quant::elem_format_name(vf));

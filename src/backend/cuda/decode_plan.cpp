@@ -121,7 +121,8 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       // The first long-item build whose items, sized for its own slots, are long enough (wide_fits).
       for (const DecodeLongItemBuild& b : in.long_items) {
         if (b.warps <= 0) continue;
-        const int64_t cg_wide = chunk_for_slots(in, max_granules, min_granules, b.blocks_per_sm, b.item_granule_multiple);
+        const int64_t cg_wide =
+            chunk_for_slots(in, max_granules, min_granules, b.blocks_per_sm, b.item_granule_multiple);
         if (wide_fits(in, b, cg_wide)) {
           cg = cg_wide;
           break;
@@ -138,6 +139,9 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   DecodeSplitPlan plan;
   plan.num_seqs = static_cast<int32_t>(num_seqs);
   plan.chunk_tokens = static_cast<int32_t>(chunk);
+  // The first long-item build whose rule the chunk meets: the heuristic's choice above (a build
+  // rejected there has fewer, longer items on its own plan, so it cannot fit the chosen one), or a
+  // forced chunk's.
   for (const DecodeLongItemBuild& b : in.long_items) {
     if (wide_fits(in, b, chunk / kDecodeSplitGranule)) {
       plan.block_warps = b.warps;
