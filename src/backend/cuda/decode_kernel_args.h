@@ -111,7 +111,9 @@ constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int
 // 16-token chunks per warp step of the tensor-core kernel: 2 for nvfp4 at head_dim 128 (one softmax
 // and loop per 32 tokens, two chunks' MMA chains to interleave; ~7% fewer SASS per token, 464 vs
 // 486 us at 32 x 32K, 3-5% at every benchmarked shape; its ring of 5 stages keeps 3 chunks in flight
-// during a step; 4 stages, 2 in flight, measured 3% slower on 2026-12-01: 32 x 32K 313 -> 324 us),
+// during a step; 4 stages, 2 in flight, measured 3% slower on 2026-12-01: 32 x 32K 313 -> 324 us;
+// 6 stages (a 13824-byte budget) too, with the 8- and 16-warp long-item builds: 32 x 32K 296.4 ->
+// 303.4, 8 x 128K 292.0 -> 299.1, 8 x 32K 83.5 -> 85.8, 4K x 128 161 -> 197 on 4-warp blocks),
 // 1 elsewhere (too few stages, or not measured).
 constexpr int tc_steps(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim) {
   return kf == quant::ElemFormat::kNVFP4 && vf == quant::ElemFormat::kNVFP4 && head_dim == 128 ? 2 : 1;
