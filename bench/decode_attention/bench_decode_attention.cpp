@@ -265,7 +265,8 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
 
 // Decode attention of one case, all buffers carved from `arena`. tc_steps > 0 overrides the
 // tensor-core kernel's chunks per warp step (DecodeLaunch::tc_steps; only nvfp4 d128 has both) and
-// takes the any-plan build (DecodeLaunch::tc_few_blocks cleared).
+// takes the any-plan build (DecodeLaunch::tc_few_blocks cleared): with 32-token steps in blocks of
+// the plan's long-item build where it has one (DecodeSplitPlan::block_warps), else of 4 warps.
 DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t ctx, int64_t batch, Timing timing,
                           int tc_steps = 0) {
   const std::vector<int64_t> bytes = c.region_bytes(batch);
@@ -677,7 +678,8 @@ int main(int argc, char** argv) {
           if (r.seconds > 0) {
             report["decode"].push_back({{"dtype", quant::kv_dtype_name(d)}, {"group", group}, {"ctx", ctx},
                                         {"batch", batch}, {"timing", timing_name(row.timing)},
-                                        {"chunk_tokens", cases[d]->plan.chunk_tokens}, {"forced_chunk", row.chunk > 0},
+                                        {"chunk_tokens", cases[d]->plan.chunk_tokens},
+                                        {"block_warps", cases[d]->plan.block_warps}, {"forced_chunk", row.chunk > 0},
                                         {"seconds", r.seconds}, {"gbps", r.gbps},
                                         {"fraction_of_read_bw", r.gbps / read_gbps}, {"seconds_forward", fwd},
                                         {"seconds_reverse", rev}, {"order_spread", spread}});
@@ -695,12 +697,13 @@ int main(int argc, char** argv) {
           const DecodeCase& c = *cases[KvDtype::kNVFP4];
           const double s1 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 1).seconds;
           const double s2 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 2).seconds;
-          line += fmt::format(" | nvfp4 item {} tok, any-plan builds: 16-tok steps {:.1f} us, 32-tok steps {:.1f} us",
-                              c.plan.chunk_tokens,
-                              s1 * 1e6, s2 * 1e6);
+          const int warps = c.plan.block_warps > 0 ? c.plan.block_warps : cuda::detail::kTcWarps;
+          line += fmt::format(" | nvfp4 item {} tok, any-plan builds: 16-tok steps {:.1f} us, 32-tok steps "
+                              "({} warps/block) {:.1f} us",
+                              c.plan.chunk_tokens, s1 * 1e6, warps, s2 * 1e6);
           report["nvfp4_steps"].push_back({{"group", group}, {"ctx", ctx}, {"batch", batch},
-                                           {"chunk_tokens", c.plan.chunk_tokens}, {"steps1_seconds", s1},
-                                           {"steps2_seconds", s2}});
+                                           {"chunk_tokens", c.plan.chunk_tokens}, {"block_warps", warps},
+                                           {"steps1_seconds", s1}, {"steps2_seconds", s2}});
         }
         fmt::print("{}\n", line);
         std::fflush(stdout);
