@@ -235,10 +235,10 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
     int page = cursor_page;
     if constexpr (kPageBatches) batches.take(j, j > 0, page, cursor_slot);
     const int n_valid = min(kTcChunk, end - cursor_tok);
-    // 32-bit page index and page size (both checked on the host), one 32 x 32 -> 64-bit multiply:
-    // the int64 form cost a sign extension and two more multiplies per pointer.
+    // 32-bit page index and page size (both checked on the host), one 32 x 32 + 64-bit multiply-add
+    // (page_address; the int64 form cost a sign extension and two more multiplies per pointer).
     const uint8_t* page_base =
-        a.pool + static_cast<uint64_t>(static_cast<uint32_t>(page)) * static_cast<uint32_t>(a.page_bytes);
+        page_address(a.pool, static_cast<uint32_t>(page), static_cast<uint32_t>(a.page_bytes));
     uint8_t* st = ring + slot * T::kStageBytes;
     if (T::kLeanCopy && n_valid == kTcChunk) {  // warp-uniform
       lean_copy_chunk<T>(ring_s + slot * T::kStageBytes, page_base, static_cast<uint32_t>(cursor_slot), lean);
@@ -300,8 +300,7 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
     const int seq_last = a.work_end[a.seq_work_offset[seq + 1] - 1] - 1;  // the token this step writes
 #pragma unroll
     for (int s = 0; s < kPrologue - kDefer; ++s) {
-      const int tok = begin + warp * kStepTokens + (s / kSteps) * (kWarps * kStepTokens) + (s % kSteps) * kTcChunk;
-      if (s < n_local && tok + kTcChunk <= seq_last) n_early = s + 1;
+      if (s < n_local && batches.chunk_tok(s) + kTcChunk <= seq_last) n_early = s + 1;
     }
   }
 #pragma unroll
