@@ -251,15 +251,14 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
   c.num_q_heads = static_cast<int64_t>(g_kv_heads) * shape.group;
   c.q_elems = shape.batch * c.num_q_heads * g_head_dim;
   const std::vector<int32_t> lens(shape.batch, static_cast<int32_t>(shape.ctx));
-  c.plan = cuda::plan_decode_splits(
-      {.seq_lens = lens,
-       .num_kv_heads = g_kv_heads,
-       .group_chunks = cuda::decode_group_chunks(c.num_q_heads, g_kv_heads),
-       .num_sms = dev.sms,
-       .blocks_per_sm = cuda::decode_blocks_per_sm(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
-       .item_granule_multiple = cuda::decode_item_granules(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
-       .long_items = cuda::decode_long_item_builds(c.layout.k(0).format, c.layout.v(0).format, g_head_dim),
-       .force_chunk_tokens = force_chunk});
+  // The plan as the engine makes it (decode_plan_format_inputs), or forced to items of force_chunk.
+  cuda::DecodePlanInputs plan_in = cuda::decode_plan_format_inputs(c.layout.k(0).format, c.layout.v(0).format, g_head_dim);
+  plan_in.seq_lens = lens;
+  plan_in.num_kv_heads = g_kv_heads;
+  plan_in.group_chunks = cuda::decode_group_chunks(c.num_q_heads, g_kv_heads);
+  plan_in.num_sms = dev.sms;
+  plan_in.force_chunk_tokens = force_chunk;
+  c.plan = cuda::plan_decode_splits(plan_in);
   return c;
 }
 

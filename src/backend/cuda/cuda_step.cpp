@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_step.h"
 
 #include <algorithm>
+#include <span>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.h"
@@ -41,6 +42,22 @@ void StreamBuffer::reserve(int64_t bytes, cudaStream_t stream) {
 bool decode_kernel_supports(int64_t head_dim, int64_t page_size) {
   return (head_dim == 64 || head_dim == 128 || head_dim == 256) && page_size % 16 == 0;
 }
+
+namespace {
+
+// The split plan's inputs for these decode lengths and this geometry (decode_plan_format_inputs).
+cuda::DecodePlanInputs decode_plan_inputs(std::span<const int32_t> seq_lens, const AttentionGeometry& geometry,
+                                          int num_sms) {
+  const AttentionShape& a = geometry.shape;
+  cuda::DecodePlanInputs in = cuda::decode_plan_format_inputs(geometry.k_format, geometry.v_format, a.head_dim);
+  in.seq_lens = seq_lens;
+  in.num_kv_heads = a.num_kv_heads;
+  in.group_chunks = cuda::decode_group_chunks(a.num_heads, a.num_kv_heads);
+  in.num_sms = num_sms;
+  return in;
+}
+
+}  // namespace
 
 bool same_geometry(const AttentionGeometry& a, const AttentionGeometry& b) {
   return a.shape.num_heads == b.shape.num_heads && a.shape.num_kv_heads == b.shape.num_kv_heads &&
@@ -102,15 +119,7 @@ CudaPlannedStep::CudaPlannedStep(const StepPlan& plan, const AttentionGeometry* 
   if (geometry != nullptr) {
     geometry_ = *geometry;
     if (!decode_seq_lens_.empty() && decode_kernel_supports(geometry->shape.head_dim, plan.page_size)) {
-      const AttentionShape& a = geometry->shape;
-      planned_ = cuda::plan_decode_splits(
-          {.seq_lens = decode_seq_lens_,
-           .num_kv_heads = a.num_kv_heads,
-           .group_chunks = cuda::decode_group_chunks(a.num_heads, a.num_kv_heads),
-           .num_sms = num_sms,
-           .blocks_per_sm = cuda::decode_blocks_per_sm(geometry->k_format, geometry->v_format, a.head_dim),
-           .item_granule_multiple = cuda::decode_item_granules(geometry->k_format, geometry->v_format, a.head_dim),
-           .long_items = cuda::decode_long_item_builds(geometry->k_format, geometry->v_format, a.head_dim)});
+      planned_ = cuda::plan_decode_splits(decode_plan_inputs(decode_seq_lens_, *geometry, num_sms));
     }
   }
 }
@@ -161,15 +170,7 @@ CudaDecodeState& CudaPlannedStep::decode_state(const AttentionGeometry& geometry
   NIBBLE_CHECK(allow_late,
                "attention: the decode split plan for this geometry was not made in plan() (declare it with "
                "prepare_attention before plan()); it cannot be made inside a CUDA-graph capture");
-  const AttentionShape& a = geometry.shape;
-  const cuda::DecodeSplitPlan plan = cuda::plan_decode_splits(
-      {.seq_lens = decode_seq_lens_,
-       .num_kv_heads = a.num_kv_heads,
-       .group_chunks = cuda::decode_group_chunks(a.num_heads, a.num_kv_heads),
-       .num_sms = num_sms,
-       .blocks_per_sm = cuda::decode_blocks_per_sm(geometry.k_format, geometry.v_format, a.head_dim),
-       .item_granule_multiple = cuda::decode_item_granules(geometry.k_format, geometry.v_format, a.head_dim),
-       .long_items = cuda::decode_long_item_builds(geometry.k_format, geometry.v_format, a.head_dim)});
+  const cuda::DecodeSplitPlan plan = cuda::plan_decode_splits(decode_plan_inputs(decode_seq_lens_, geometry, num_sms));
   fill_decode_state(memory_->decode, geometry, plan, stream_);
   decode_ready_ = true;
   return memory_->decode;

@@ -58,6 +58,18 @@ std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(q
           build(detail::kTcWideWarps, kDecodeWideManyWavesTokens)};
 }
 
+int64_t decode_min_chunk_tokens(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
+  const bool nvfp4 = k_format == quant::ElemFormat::kNVFP4 && v_format == quant::ElemFormat::kNVFP4;
+  return nvfp4 && head_dim == 64 ? kDecodeIdleChunkTokens : kDecodeMinChunkTokens;
+}
+
+DecodePlanInputs decode_plan_format_inputs(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
+  return {.blocks_per_sm = decode_blocks_per_sm(k_format, v_format, head_dim),
+          .min_chunk_tokens = decode_min_chunk_tokens(k_format, v_format, head_dim),
+          .item_granule_multiple = decode_item_granules(k_format, v_format, head_dim),
+          .long_items = decode_long_item_builds(k_format, v_format, head_dim)};
+}
+
 int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {
   return plan.max_splits > 1 ? static_cast<int64_t>(plan.num_work) * num_q_heads * head_dim : 0;
 }

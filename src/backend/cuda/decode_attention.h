@@ -91,15 +91,25 @@ int64_t decode_blocks_per_sm(quant::ElemFormat k_format, quant::ElemFormat v_for
 
 // Granules (kDecodeSplitGranule tokens) whose multiples the split plan's items should span: a
 // 4-warp block's warps then get equal numbers of steps. 2 where the tensor-core kernel takes 32-token
-// warp steps (nvfp4 at head_dim 128), else 1. The DecodePlanInputs::item_granule_multiple.
+// warp steps (nvfp4 at head_dim 64 and 128), else 1. The DecodePlanInputs::item_granule_multiple.
 int64_t decode_item_granules(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
 // The long-item builds of the format pair and head_dim, in order of preference (decode_plan.h): for
-// nvfp4 at head_dim 128 blocks of 16 warps (1 per SM) and of 8 warps (2 per SM), items of whole
+// nvfp4 at head_dim 64 and 128 blocks of 16 warps (1 per SM) and of 8 warps (2 per SM), items of whole
 // rounds of their warps' 32-token steps; none (warps 0) for every other. The DecodePlanInputs::long_items.
 std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(quant::ElemFormat k_format,
                                                                                quant::ElemFormat v_format,
                                                                                int64_t head_dim);
+
+// The shortest item the split plan makes before its idle-SM rules (DecodePlanInputs::min_chunk_tokens):
+// 128 tokens for nvfp4 at head_dim 64, whose items carry half the bytes per token of head_dim 128's,
+// else the default 256 (kDecodeMinChunkTokens).
+int64_t decode_min_chunk_tokens(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
+
+// The split plan's inputs that depend on the KV format and head_dim (blocks_per_sm,
+// item_granule_multiple, long_items, min_chunk_tokens: the four functions above); the caller adds the
+// batch's lengths, its KV heads and group chunks, and the device's SMs.
+DecodePlanInputs decode_plan_format_inputs(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
 // ceil(query heads per KV head / 8): the DecodePlanInputs::group_chunks for this geometry.
 int64_t decode_group_chunks(int64_t num_q_heads, int64_t num_kv_heads);

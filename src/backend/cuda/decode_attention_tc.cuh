@@ -2,9 +2,10 @@
 // Tensor-core paged decode attention (bf16, fp8, nvfp4, k8v4 caches; f32 uses the CUDA-core kernel
 // in decode_attention.cuh). Host entry point: decode_attention.h.
 //
-// Work decomposition: one block (kWarps: 4, or 8 or 16 in nvfp4 d128's long-item builds) = one work item of the split plan × one KV head × up to 8 query heads of its GQA
+// Work decomposition: one block (kWarps: 4, or 8 or 16 in nvfp4's long-item builds) = one work item
+// of the split plan × one KV head × up to 8 query heads of its GQA
 // group; a 1-D grid with the head chunks of an item in consecutive blocks. Each warp streams its own
-// steps of kSteps 16-token chunks (tc_steps: 2 for nvfp4 at head_dim 128, else 1; steps w, w +
+// steps of kSteps 16-token chunks (tc_steps: 2 for nvfp4 at head_dim 64 and 128, else 1; steps w, w +
 // kWarps, ...) through a private ring of cp.async stages (tc_geometry: 2..8 stages), so there is no
 // block barrier in the main loop; the warps' (m, l, O) are merged once at the end.
 //
@@ -74,7 +75,7 @@ using quant::ElemFormat;
 // kSteps·w + kSteps - 1, then kSteps·(w + 4) ..; one softmax, one rescale vote and one ring wait per
 // step, and two chunks' MMA chains to interleave.
 //
-// kFewBlocks (DecodeLaunch::tc_few_blocks; nvfp4 d128 only): the build for plans of at most
+// kFewBlocks (DecodeLaunch::tc_few_blocks; nvfp4 at head_dim 64 and 128): the build for plans of at most
 // kTcFewBlocksPerSm blocks per SM (the short shapes, where each scheduler has 2-3 warps and a block's
 // few steps wait on its prologue): registers of 3 blocks (144 instead of 122, the compiler schedules
 // the K decode more freely) and the prologue's last copy deferred to the first step (kDefer).
@@ -290,6 +291,9 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
   // DRAM latency overlaps the previous kernel's tail instead of following the wait; the rest after
   // it. The groups are committed in chunk order either way.
   constexpr int kPrologue = T::kStages - kSteps;
+  // The whole ring in the prologue (5 chunks, step 0 copying nothing ahead; long-item builds, a
+  // runtime test of step 0 in the loop) was slower at every long shape (H200, 2026-12-01: 8 x 32K
+  // 83.0 -> 86.3, 8 x 128K 289.5 -> 297.2, 32 x 32K 294.7 -> 305.6 us); a peeled step 0 was not tried.
   // kFewBlocks: the last prologue chunk (local chunk kStages - kSteps - 1, the first of the next
   // step) is issued at the first step instead, after the q fragments (its own commit group, in
   // cursor order).
@@ -724,6 +728,10 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
   // once-per-head sums below (same day): the swizzle alone, the merged rows in the Q-fragment region,
   // 1 x 1K 8.6 / 8.0 / 7.9 -> 8.8 / 8.2 / 8.3 us, 1 x 4K nvfp4 10.1 -> 10.4; the merged outputs stored
   // to global memory from the merge loop (no second barrier) ~1 us slower everywhere. Not profiled.
+  // In the 8- and 16-warp builds, rows padded to conflict-free writes (33-float segments per g,
+  // 276-float rows, the merged rows in the Q region; 2026-12-01): within noise at every long shape
+  // (8 x 32K 83.0 -> 83.0-83.2 us, 8 x 128K 289.5 -> 290.0-291.0, 32 x 32K 294.7 -> 295.5-296.3),
+  // although a trace puts ~2.8 us between a 16-warp block's last loop end and its merged rows.
   auto merged = [&](int h, float& m_all, float& l_all) {
     m_all = -INFINITY;
 #pragma unroll

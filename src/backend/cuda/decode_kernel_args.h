@@ -48,7 +48,7 @@ struct DecodeKernelArgs {
 
 // ---- the tensor-core decode kernel's geometry (decode_attention_tc.cuh), plain C++ so that the host
 // (split plan, benchmark) can size the grid from the same numbers the kernel uses -----------------
-// Warps per block (kTcWarps; kTcWideWarps in nvfp4 d128's long-item build, below).
+// Warps per block (kTcWarps; kTcWideWarps and kTcSmWarps in nvfp4's long-item builds, below).
 inline constexpr int kTcWarps = 4;                 // warps per block; each streams its own 16-token chunks
 inline constexpr int kTcThreads = 32 * kTcWarps;
 inline constexpr int kTcChunk = 16;                // tokens per warp step (one PV k-step, two QK n-tiles)
@@ -63,7 +63,7 @@ struct TcGeometry {
   int blocks_per_sm;
 };
 
-// Warps per block of the long-item builds (DecodeLaunch::tc_warps): nvfp4 d128's any-plan build of
+// Warps per block of the long-item builds (DecodeLaunch::tc_warps): nvfp4's any-plan build of
 // 32-token steps also comes with blocks of kTcWideWarps and of kTcSmWarps, for the plans that take
 // them (decode_long_item_builds, DecodeSplitPlan::block_warps); every other build has kTcWarps.
 // The issue-bound nvfp4 loop ran 4 blocks of 4 warps per SM, and the SM's warp scheduler favours its
@@ -108,15 +108,20 @@ constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int
   return {stage, stages, smem, blocks};
 }
 
-// 16-token chunks per warp step of the tensor-core kernel: 2 for nvfp4 at head_dim 128 (one softmax
+// 16-token chunks per warp step of the tensor-core kernel: 2 for nvfp4 at head_dim 64 and 128 (one softmax
 // and loop per 32 tokens, two chunks' MMA chains to interleave; ~7% fewer SASS per token, 464 vs
 // 486 us at 32 x 32K, 3-5% at every benchmarked shape; its ring of 5 stages keeps 3 chunks in flight
 // during a step; 4 stages, 2 in flight, measured 3% slower on 2026-12-01: 32 x 32K 313 -> 324 us;
 // 6 stages (a 13824-byte budget) too, with the 8- and 16-warp long-item builds: 32 x 32K 296.4 ->
 // 303.4, 8 x 128K 292.0 -> 299.1, 8 x 32K 83.5 -> 85.8, 4K x 128 161 -> 197 on 4-warp blocks),
-// 1 elsewhere (too few stages, or not measured).
+// 1 elsewhere (too few stages, or not measured). head_dim 64 (8 stages of 1152 bytes; the generic
+// copy path: no page batches, no steady steps) took them, with its few-blocks and long-item builds,
+// on 2026-12-01 (H200, graph replays, 8 KV heads, GQA 4, nvfp4 us, 16 -> 32-token steps): 32 x 32K
+// 234.9 -> 212.6, 8 x 32K 66.8 -> 61.0, 8 x 128K 235.1 -> 206.6, 32 x 4K 39.5 -> 33.9, 1 x 32K 18.35
+// -> 17.4, 64 x 8K 120.2 -> 116.0; 1 x 1K and 1 x 4K within 0.1.
 constexpr int tc_steps(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim) {
-  return kf == quant::ElemFormat::kNVFP4 && vf == quant::ElemFormat::kNVFP4 && head_dim == 128 ? 2 : 1;
+  return kf == quant::ElemFormat::kNVFP4 && vf == quant::ElemFormat::kNVFP4 && (head_dim == 64 || head_dim == 128) ? 2
+                                                                                                                  : 1;
 }
 
 // Items of at most this many tokens run the 16-token-step build even where tc_steps is 2: with
@@ -189,7 +194,7 @@ struct DecodeLaunch {
   // 16-token chunks per warp step of the tensor-core kernel (decode_tc_steps: 1 or 2); a benchmark
   // may override it before launch_decode_kernel to compare both builds on one plan.
   int tc_steps;
-  // Where tc_steps(format, head_dim) is 2 (nvfp4 d128), with either step size: the few-blocks build
+  // Where tc_steps(format, head_dim) is 2 (nvfp4 d64, d128), with either step size: the few-blocks build
   // (decode_attention_tc.cuh, kFewBlocks; with 16-token steps it also decodes V before the softmax), for plans of short
   // items (< kDecodeLongItemTokens, sized for kDecodeMemoryBoundBlocksPerSm blocks per SM) whose grid
   // fits kTcFewBlocksPerSm blocks on each of the plan's SMs (DecodeSplitPlan::num_sms). A benchmark

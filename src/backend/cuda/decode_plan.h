@@ -27,6 +27,7 @@ inline constexpr int32_t kDecodeSplitGranule = 64;  // tokens
 inline constexpr int64_t kDecodeMemoryBoundBlocksPerSm = 2;
 inline constexpr int64_t kDecodeLongItemTokens = 1024;  // items at least this long may fill every slot
 inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half the SMs would sit idle
+inline constexpr int64_t kDecodeMinChunkTokens = 256;   // the usual floor (DecodePlanInputs::min_chunk_tokens)
 // Issue-bound formats (blocks_per_sm above kDecodeMemoryBoundBlocksPerSm: V in nvfp4) go one granule
 // further when 128-token items still leave half the SMs idle: 1 x 1K nvfp4 (GQA 4 / 8, graph
 // replays) 9.2 / 9.5 us with 16 items of 64 tokens against 9.6-9.9 / 9.7-10.1 with 8 of 128; bf16
@@ -42,7 +43,7 @@ inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half t
 // not one wave) 64-token items were slower: 4.73-4.78 -> 4.82-4.87 (bf16). nvfp4 keeps the rules
 // above (1K: 4.66-4.72 with them, 4.69-4.71 forced to 64; 256-token items 4.74).
 
-// Long-item builds (decode_long_item_builds): nvfp4 at head_dim 128 has two besides its 4-warp ones,
+// Long-item builds (decode_long_item_builds): nvfp4 at head_dim 64 and 128 has two besides its 4-warp ones,
 // blocks of 16 warps (1 per SM) and of 8 warps (2 per SM), on items of whole rounds of their warps'
 // 32-token steps. The plan takes the first that fits, sized for its own slots: items of at least
 // kDecodeWideItemTokens on one wave of its blocks, or of at least its many_waves_tokens on any grid
@@ -80,9 +81,12 @@ struct DecodePlanInputs {
   int64_t blocks_per_sm = 4;
   // Never split finer than this (a shorter item costs a block's whole latency chain for little
   // work); lowered once to kDecodeIdleChunkTokens when it would leave more than half the SMs idle.
-  int64_t min_chunk_tokens = 256;
+  // nvfp4 at head_dim 64 starts at kDecodeIdleChunkTokens (decode_min_chunk_tokens; H200, graph
+  // replays, 8 KV heads, GQA 4, us, the plan's items -> 128-token items: 1 x 1K 8.0 (64) -> 7.3, 1 x
+  // 4K 10.2 (256) -> 9.5, against fp8's 7.9 and 9.9; 8 x 1K stays at 256, 9.9 against 11.1 at 128).
+  int64_t min_chunk_tokens = kDecodeMinChunkTokens;
   // Items longer than one granule span a multiple of this many granules (decode_item_granules: 2 for
-  // nvfp4 at head_dim 128, whose 4 warps take 32-token steps, so that every warp of a block gets the
+  // nvfp4 at head_dim 64 and 128, whose 4 warps take 32-token steps, so that every warp of a block gets the
   // same number of steps). 1 x 32K nvfp4 (GQA 4, H200, graph replays): 1088-token items (17 steps of
   // 32 per warp pair, 16 for the other two) 24.0 us, 1024-token items 22.6; 1 x 64K 38.3 -> 37.2;
   // 2 x 32K 38.2 -> 36.8.

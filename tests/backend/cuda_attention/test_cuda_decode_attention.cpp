@@ -471,7 +471,7 @@ TEST_P(CudaDecodeFormat, LongContext128K) {
                    .seq_lens = {131072}, .chunk_variants = {0, 8192}});
 }
 
-// nvfp4 at head_dim 128 has five tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
+// nvfp4 at head_dim 64 and 128 has five tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
 // plans whose items are all <= kTcShortItemTokens = 64 run the 16-token one) and, for 32-token steps,
 // the few-blocks build (items < kDecodeLongItemTokens on a small grid: tc_few_blocks) and the long-item
 // builds of 16 and 8 warps per block (items >= kDecodeWideItemTokens on one wave: tc_warps): items of
@@ -480,12 +480,14 @@ TEST_P(CudaDecodeFormat, LongContext128K) {
 // mid-step and on a page.
 TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
   NIBBLE_SKIP_WITHOUT_GPU();
-  for (int group : {1, 4, 8}) {
-    for (const std::vector<int32_t>& lens :
-         {std::vector<int32_t>{1}, {17}, {40}, {128}, {1000}, {4097, 1, 100, 33, 7}}) {
-      run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = 128, .kv_heads = 2, .group = group, .page_size = 32,
-                       .seq_lens = lens, .chunk_variants = {64, 128, 192, 256, 1024, 4096}});
-      if (HasFailure()) return;
+  for (int head_dim : {64, 128}) {
+    for (int group : {1, 4, 8}) {
+      for (const std::vector<int32_t>& lens :
+           {std::vector<int32_t>{1}, {17}, {40}, {128}, {1000}, {4097, 1, 100, 33, 7}}) {
+        run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = head_dim, .kv_heads = 2, .group = group,
+                         .page_size = 32, .seq_lens = lens, .chunk_variants = {64, 128, 192, 256, 1024, 4096}});
+        if (HasFailure()) return;
+      }
     }
   }
 }
@@ -495,11 +497,14 @@ TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
 // compute-sanitizer (scripts/gpu_check.sh runs memcheck and racecheck on it).
 TEST(CudaDecodeNvfp4Steps, LongItemBuildsMatchTheOracle) {
   NIBBLE_SKIP_WITHOUT_GPU();
-  for (int build = 0; build < kDecodeLongItemBuilds; ++build) {
-    for (int group : {4, 8}) {
-      run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = 128, .kv_heads = 2, .group = group, .page_size = 16,
-                       .seq_lens = {8197, 4096, 33}, .chunk_variants = {4096}, .only_long_build = build});
-      if (HasFailure()) return;
+  for (int head_dim : {64, 128}) {
+    for (int build = 0; build < kDecodeLongItemBuilds; ++build) {
+      for (int group : {4, 8}) {
+        run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = head_dim, .kv_heads = 2, .group = group,
+                         .page_size = 16, .seq_lens = {8197, 4096, 33}, .chunk_variants = {4096},
+                         .only_long_build = build});
+        if (HasFailure()) return;
+      }
     }
   }
 }

@@ -81,11 +81,12 @@ TEST(DecodeSplitPlan, MatchesTheMeasuredChoices) {
   }
 }
 
-// nvfp4 at head_dim 128 (32-token warp steps): items of more than one granule span whole rounds of
-// the block's 4 warps (128 tokens), so no warp takes one step more than the others.
+// nvfp4 at head_dim 64 and 128 (32-token warp steps): items of more than one granule span whole
+// rounds of the block's 4 warps (128 tokens), so no warp takes one step more than the others.
 TEST(DecodeSplitPlan, ItemsOfThirtyTwoTokenStepBuildsSpanWholeBlockRounds) {
   EXPECT_EQ(decode_item_granules(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128), 2);
-  EXPECT_EQ(decode_item_granules(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 64), 1);
+  EXPECT_EQ(decode_item_granules(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 64), 2);
+  EXPECT_EQ(decode_item_granules(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 256), 1);
   EXPECT_EQ(decode_item_granules(quant::ElemFormat::kFP8, quant::ElemFormat::kNVFP4, 128), 1);
   EXPECT_EQ(decode_item_granules(quant::ElemFormat::kBF16, quant::ElemFormat::kBF16, 128), 1);
   struct Case {
@@ -112,23 +113,25 @@ TEST(DecodeSplitPlan, ItemsOfThirtyTwoTokenStepBuildsSpanWholeBlockRounds) {
   }
 }
 
-// nvfp4 at head_dim 128 has two long-item builds, blocks of 16 warps (1 per SM) and of 8 (2 per SM).
-// The plan takes the first whose own plan has items >= 4096 tokens on one wave of its blocks, or >=
-// its many-waves length on any grid, with items of whole rounds of its warps' 32-token steps, and
-// says which (block_warps); every other plan stays as without them.
+// nvfp4 at head_dim 64 and 128 has two long-item builds, blocks of 16 warps (1 per SM) and of 8 (2
+// per SM). The plan takes the first whose own plan has items >= 4096 tokens on one wave of its
+// blocks, or >= its many-waves length on any grid, with items of whole rounds of its warps' 32-token
+// steps, and says which (block_warps); every other plan stays as without them.
 TEST(DecodeSplitPlan, LongItemsFollowTheWideBuilds) {
   using quant::ElemFormat;
+  for (const int head_dim : {64, 128}) {
+    const auto builds = decode_long_item_builds(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim);
+    EXPECT_EQ(builds[0].warps, 16) << head_dim;
+    EXPECT_EQ(builds[0].blocks_per_sm, 1) << head_dim;
+    EXPECT_EQ(builds[0].item_granule_multiple, 8) << head_dim;
+    EXPECT_EQ(builds[0].many_waves_tokens, kDecodeSmBlockManyWavesTokens) << head_dim;
+    EXPECT_EQ(builds[1].warps, 8) << head_dim;
+    EXPECT_EQ(builds[1].blocks_per_sm, 2) << head_dim;
+    EXPECT_EQ(builds[1].item_granule_multiple, 4) << head_dim;
+    EXPECT_EQ(builds[1].many_waves_tokens, kDecodeWideManyWavesTokens) << head_dim;
+  }
   const auto builds = decode_long_item_builds(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 128);
-  EXPECT_EQ(builds[0].warps, 16);
-  EXPECT_EQ(builds[0].blocks_per_sm, 1);
-  EXPECT_EQ(builds[0].item_granule_multiple, 8);
-  EXPECT_EQ(builds[0].many_waves_tokens, kDecodeSmBlockManyWavesTokens);
-  EXPECT_EQ(builds[1].warps, 8);
-  EXPECT_EQ(builds[1].blocks_per_sm, 2);
-  EXPECT_EQ(builds[1].item_granule_multiple, 4);
-  EXPECT_EQ(builds[1].many_waves_tokens, kDecodeWideManyWavesTokens);
-  for (const auto& [k, v, d] : {std::tuple{ElemFormat::kNVFP4, ElemFormat::kNVFP4, 64},
-                                std::tuple{ElemFormat::kNVFP4, ElemFormat::kNVFP4, 256},
+  for (const auto& [k, v, d] : {std::tuple{ElemFormat::kNVFP4, ElemFormat::kNVFP4, 256},
                                 std::tuple{ElemFormat::kFP8, ElemFormat::kNVFP4, 128},
                                 std::tuple{ElemFormat::kFP8, ElemFormat::kFP8, 128},
                                 std::tuple{ElemFormat::kBF16, ElemFormat::kBF16, 128},
@@ -195,6 +198,47 @@ TEST(DecodeSplitPlan, MixedLengthsAndForcedChunks) {
   EXPECT_EQ(plan.seq_work_offset[4] - plan.seq_work_offset[3], 2);
   const auto heuristic = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 2});
   expect_covers(heuristic, lens);
+}
+
+// The format's plan inputs (decode_plan_format_inputs, as the engine and the benchmark make them):
+// nvfp4 at head_dim 64 stops at 128-token items where head_dim 128 goes on to 64 (1 x 1K) or stays
+// at 256 (1 x 4K); batches that fill the SMs keep their items.
+TEST(DecodeSplitPlan, Nvfp4AtHeadDim64SplitsShortContextsInto128TokenItems) {
+  using quant::ElemFormat;
+  EXPECT_EQ(decode_min_chunk_tokens(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 64), 128);
+  EXPECT_EQ(decode_min_chunk_tokens(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 128), kDecodeMinChunkTokens);
+  EXPECT_EQ(decode_min_chunk_tokens(ElemFormat::kFP8, ElemFormat::kFP8, 64), kDecodeMinChunkTokens);
+  EXPECT_EQ(decode_min_chunk_tokens(ElemFormat::kFP8, ElemFormat::kNVFP4, 64), kDecodeMinChunkTokens);
+  for (const int head_dim : {64, 128, 256}) {
+    const DecodePlanInputs in = decode_plan_format_inputs(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim);
+    EXPECT_EQ(in.blocks_per_sm, decode_blocks_per_sm(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim));
+    EXPECT_EQ(in.item_granule_multiple, decode_item_granules(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim));
+    EXPECT_EQ(in.min_chunk_tokens, decode_min_chunk_tokens(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim));
+    EXPECT_EQ(in.long_items[0].warps, head_dim <= 128 ? 16 : 0);
+    EXPECT_EQ(in.force_chunk_tokens, 0);
+  }
+  struct Case {
+    int32_t batch, ctx;
+    int32_t d64, d128;  // chunk tokens
+  };
+  const Case cases[] = {
+      {1, 1024, 128, 64},    // H200, d64: 8.0 us with 64-token items, 7.3 with 128 (fp8 7.9)
+      {1, 4096, 128, 256},   // 10.2 with 256, 9.5 with 128 (fp8 9.9)
+      {8, 1024, 256, 256},   // 9.9 with 256, 11.1 with 128
+      {1, 32768, 1024, 1024},
+  };
+  for (const Case& c : cases) {
+    const std::vector<int32_t> lens(c.batch, c.ctx);
+    for (const int head_dim : {64, 128}) {
+      DecodePlanInputs in = decode_plan_format_inputs(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim);
+      in.seq_lens = lens;
+      in.num_kv_heads = 8;
+      in.num_sms = 132;
+      const auto plan = plan_decode_splits(in);
+      expect_covers(plan, lens);
+      EXPECT_EQ(plan.chunk_tokens, head_dim == 64 ? c.d64 : c.d128) << c.batch << " x " << c.ctx << " d" << head_dim;
+    }
+  }
 }
 
 TEST(DecodeSplitPlan, SplitsEvenlyWhenTheBatchFillsLessThanAWave) {
