@@ -36,9 +36,11 @@ struct TcTraits {
   // Full chunks take the copy path without size arithmetic; bf16 head_dim 256 (2 blocks/SM, 255
   // registers) keeps the single path, the second one made it spill.
   static constexpr bool kFastCopy = !(KF == ElemFormat::kBF16 && kHeadDim == 256);
-  // nvfp4 head_dim 128 (64-byte data rows, 8-byte scale rows): full chunks are copied with per-lane
-  // 32-bit offsets fixed for the whole loop (lean_copy): 5 cp.async per lane and a few adds.
-  static constexpr bool kLeanCopy = KF == ElemFormat::kNVFP4 && VF == ElemFormat::kNVFP4 && kHeadDim == 128;
+  // nvfp4 head_dim 128 (64-byte data rows, 8-byte scale rows) and 64 (32 and 4): full chunks are
+  // copied with per-lane 32-bit offsets fixed for the whole loop (lean_copy): 5 or 3 cp.async per lane
+  // and a few adds. It also brings the page batches and steady steps (decode_attention_tc.cuh).
+  static constexpr bool kLeanCopy =
+      KF == ElemFormat::kNVFP4 && VF == ElemFormat::kNVFP4 && (kHeadDim == 128 || kHeadDim == 64);
   // QK in two MMA chains (even / odd k-steps): shorter dependency chains, 4 more registers (head_dim
   // 256 would spill). Since O is kept transposed (pv_pair, 32 registers at head_dim 128) every format
   // has them to spare, fp8/fp8 included.

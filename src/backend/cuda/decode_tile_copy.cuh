@@ -89,12 +89,13 @@ __device__ __forceinline__ void copy_chunk(uint8_t* st, const uint8_t* page_base
                                                  lane);
 }
 
-// ---- lean chunk copy (TcTraits::kLeanCopy: nvfp4, head_dim 128) -------------------------------------
-// A stage is K data [16][64] | K scales [16][8] | V data [16][64] | V scales [16][8] (2304 bytes).
-// Lane l copies K pieces l and l + 32 (rows 0-7, 8-15), V pieces l and l + 32 (v_swz: the XOR is
-// the same for both, (l / 8) & 3 picks it), and 8 scale bytes (lanes 0-15 K's row l, 16-31 V's row
-// l - 16). Every offset but the slot's is fixed per lane, so a chunk costs three 32-bit adds, three
-// 64-bit adds and 5 cp.async per lane, none predicated.
+// ---- lean chunk copy (TcTraits::kLeanCopy: nvfp4, head_dim 64 and 128) ----------------------------
+// At head_dim 128 a stage is K data [16][64] | K scales [16][8] | V data [16][64] | V scales [16][8]
+// (2304 bytes). Lane l copies K pieces l and l + 32 (rows 0-7, 8-15), V pieces l and l + 32 (v_swz:
+// the XOR is the same for both, (l / 8) & 3 picks it), and 8 scale bytes (lanes 0-15 K's row l,
+// 16-31 V's row l - 16). Every offset but the slot's is fixed per lane, so a chunk costs three 32-bit
+// adds, three 64-bit adds and 5 cp.async per lane, none predicated. At head_dim 64 (rows of 32 and
+// 4 bytes, 1152 per stage) the same with one K piece, one V piece and 4 scale bytes: 3 cp.async.
 // (The scales were 16 16-byte pieces on lanes 0-15 behind a branch; every lane copying 8 bytes
 // removes the branch and its bookkeeping. Measured with the same bytes copied twice instead (lanes
 // 16-31 repeating 0-15, a benign race): H200, graph replays, 32 x 32K GQA 4 406 -> 403 us.)
@@ -106,23 +107,32 @@ struct LeanCopyLane {
 
 template <typename T>
 __device__ __forceinline__ LeanCopyLane lean_copy_lane(int lane, int k_off, int ks_off, int v_off, int vs_off) {
-  static_assert(T::kKRow == 64 && T::kVRow == 64 && T::kKScaleRow == 8 && T::kVScaleRow == 8, "nvfp4 d128 rows");
+  static_assert(T::kKRow == T::kVRow && T::kKScaleRow == T::kVScaleRow && T::kKScaleRow * 8 == T::kKRow &&
+                    (T::kKRow == 64 || T::kKRow == 32),
+                "nvfp4 rows of head_dim 64 or 128");
+  constexpr int kS = T::kKScaleRow;  // scale bytes per row and lane
   LeanCopyLane c;
   c.src_k = k_off + 16 * lane;
   c.src_v = v_off + 16 * lane;
-  c.src_s = lane < 16 ? ks_off + 8 * lane : vs_off + 8 * (lane - 16);
+  c.src_s = lane < 16 ? ks_off + kS * lane : vs_off + kS * (lane - 16);
   c.dst_k = 16 * lane;  // k_swz is the identity for rows under 128 bytes
   c.dst_v = T::kKBytes + T::kKScaleBytes + v_swz<T::kVRow>(16 * lane);
-  c.dst_s = lane < 16 ? T::kKBytes + 8 * lane : T::kKBytes + T::kKScaleBytes + T::kVBytes + 8 * (lane - 16);
+  c.dst_s = lane < 16 ? T::kKBytes + kS * lane : T::kKBytes + T::kKScaleBytes + T::kVBytes + kS * (lane - 16);
   return c;
 }
 
 __device__ __forceinline__ void cp_async16_s(uint32_t smem_dst, const void* global_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_dst), "l"(global_src));
 }
-// 8 bytes (cp.async.cg takes 16 only; .ca caches the line in L1 as well).
-__device__ __forceinline__ void cp_async8_s(uint32_t smem_dst, const void* global_src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_dst), "l"(global_src));
+// 8 or 4 bytes (cp.async.cg takes 16 only; .ca caches the line in L1 as well).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small_s(uint32_t smem_dst, const void* global_src) {
+  static_assert(kBytes == 8 || kBytes == 4, "cp.async.ca copies 4, 8 or 16 bytes");
+  if constexpr (kBytes == 8) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_dst), "l"(global_src));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_dst), "l"(global_src));
+  }
 }
 
 // pool + page · page_bytes as one 32 x 32 + 64-bit multiply-add (IMAD.WIDE), computed once per
@@ -142,13 +152,16 @@ __device__ __forceinline__ const uint8_t* page_address(const uint8_t* pool, uint
 template <typename T>
 __device__ __forceinline__ void lean_copy_chunk(uint32_t stage, const uint8_t* page_base, uint32_t slot,
                                                 const LeanCopyLane& c) {
-  const uint8_t* pk = page_base + (c.src_k + slot * T::kKRow);
-  const uint8_t* pv = page_base + (c.src_v + slot * T::kVRow);
-  cp_async16_s(stage + c.dst_k, pk);
-  cp_async16_s(stage + c.dst_k + 512, pk + 512);
-  cp_async16_s(stage + c.dst_v, pv);
-  cp_async16_s(stage + c.dst_v + 512, pv + 512);
-  cp_async8_s(stage + c.dst_s, page_base + (c.src_s + slot * T::kKScaleRow));
+  if constexpr (T::kLeanCopy) {  // the kernel's other builds name this call but never make it
+    const uint8_t* pk = page_base + (c.src_k + slot * T::kKRow);
+    const uint8_t* pv = page_base + (c.src_v + slot * T::kVRow);
+    constexpr int kPieces = T::kKRow / 32;  // 16-byte pieces per lane and region: 2 (d128) or 1 (d64)
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) cp_async16_s(stage + c.dst_k + 512 * i, pk + 512 * i);
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) cp_async16_s(stage + c.dst_v + 512 * i, pv + 512 * i);
+    cp_async_small_s<T::kKScaleRow>(stage + c.dst_s, page_base + (c.src_s + slot * T::kKScaleRow));
+  }
 }
 
 // ---- the pages of a warp's chunks, 32 at a time (the nvfp4 d128 kernel's kPageBatches) ---------------
