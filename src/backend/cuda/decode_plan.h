@@ -59,6 +59,9 @@ inline constexpr int64_t kDecodeMinChunkTokens = 256;   // the usual floor (Deco
 //    worse on 2 waves of shorter items (32K x 32 297.8 -> 297.5, 16K x 32 155 -> 161, 4K x 32 46.6
 //    -> 50.7) and on 8 of 32K items (32K x 128 1156 -> 1179): each block's end leaves its SM empty
 //    until the next one's prologue is done.
+// head_dim 64 (nvfp4, the same builds since 2026-12-01) keeps these thresholds: the 8-warp build on
+// several waves of >= 4096-token items, or the 16-warp one of >= 16384, lost there too (graph
+// replays, 8 KV heads, GQA 4, us: 4K x 128 100.4 -> 108.2, 16K x 128 362.3 -> 365.2 / 398.9).
 inline constexpr int64_t kDecodeWideItemTokens = 4096;
 inline constexpr int64_t kDecodeWideManyWavesTokens = 32768;     // the 8-warp build
 inline constexpr int64_t kDecodeSmBlockManyWavesTokens = 65536;  // the 16-warp build
