@@ -291,9 +291,7 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
   // DRAM latency overlaps the previous kernel's tail instead of following the wait; the rest after
   // it. The groups are committed in chunk order either way.
   constexpr int kPrologue = T::kStages - kSteps;
-  // The whole ring in the prologue (5 chunks, step 0 copying nothing ahead; long-item builds, a
-  // runtime test of step 0 in the loop) was slower at every long shape (H200, 2026-12-01: 8 x 32K
-  // 83.0 -> 86.3, 8 x 128K 289.5 -> 297.2, 32 x 32K 294.7 -> 305.6 us); a peeled step 0 was not tried.
+  // (The whole ring in the long-item builds' prologue: slower; PERFORMANCE.md, twentieth round.)
   // kFewBlocks: the last prologue chunk (local chunk kStages - kSteps - 1, the first of the next
   // step) is issued at the first step instead, after the q fragments (its own commit group, in
   // cursor order).
@@ -728,10 +726,7 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
   // once-per-head sums below (same day): the swizzle alone, the merged rows in the Q-fragment region,
   // 1 x 1K 8.6 / 8.0 / 7.9 -> 8.8 / 8.2 / 8.3 us, 1 x 4K nvfp4 10.1 -> 10.4; the merged outputs stored
   // to global memory from the merge loop (no second barrier) ~1 us slower everywhere. Not profiled.
-  // In the 8- and 16-warp builds, rows padded to conflict-free writes (33-float segments per g,
-  // 276-float rows, the merged rows in the Q region; 2026-12-01): within noise at every long shape
-  // (8 x 32K 83.0 -> 83.0-83.2 us, 8 x 128K 289.5 -> 290.0-291.0, 32 x 32K 294.7 -> 295.5-296.3),
-  // although a trace puts ~2.8 us between a 16-warp block's last loop end and its merged rows.
+  // Conflict-free padded rows in the 8- and 16-warp builds: within noise (PERFORMANCE.md, 20th round).
   auto merged = [&](int h, float& m_all, float& l_all) {
     m_all = -INFINITY;
 #pragma unroll
