@@ -114,11 +114,11 @@ constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int
 // during a step; 4 stages, 2 in flight, measured 3% slower on 2026-12-01: 32 x 32K 313 -> 324 us;
 // 6 stages (a 13824-byte budget) too, with the 8- and 16-warp long-item builds: 32 x 32K 296.4 ->
 // 303.4, 8 x 128K 292.0 -> 299.1, 8 x 32K 83.5 -> 85.8, 4K x 128 161 -> 197 on 4-warp blocks),
-// 1 elsewhere (too few stages, or not measured). head_dim 64 (8 stages of 1152 bytes; the generic
-// copy path: no page batches, no steady steps) took them, with its few-blocks and long-item builds,
-// on 2026-12-01 (H200, graph replays, 8 KV heads, GQA 4, nvfp4 us, 16 -> 32-token steps): 32 x 32K
-// 234.9 -> 212.6, 8 x 32K 66.8 -> 61.0, 8 x 128K 235.1 -> 206.6, 32 x 4K 39.5 -> 33.9, 1 x 32K 18.35
-// -> 17.4, 64 x 8K 120.2 -> 116.0; 1 x 1K and 1 x 4K within 0.1.
+// 1 elsewhere (too few stages, or not measured). head_dim 64 (8 stages of 1152 bytes) took them, with
+// its few-blocks and long-item builds, on 2026-12-01 (H200, graph replays, 8 KV heads, GQA 4, nvfp4
+// us, 16 -> 32-token steps, still on the generic copy path then; the lean copy came next,
+// TcTraits::kLeanCopy): 32 x 32K 234.9 -> 212.6, 8 x 32K 66.8 -> 61.0, 8 x 128K 235.1 -> 206.6, 32 x
+// 4K 39.5 -> 33.9, 1 x 32K 18.35 -> 17.4, 64 x 8K 120.2 -> 116.0; 1 x 1K and 1 x 4K within 0.1.
 constexpr int tc_steps(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim) {
   return kf == quant::ElemFormat::kNVFP4 && vf == quant::ElemFormat::kNVFP4 && (head_dim == 64 || head_dim == 128) ? 2
                                                                                                                   : 1;
