@@ -31,7 +31,7 @@
 // start regardless: 32 x 1K nvfp4 measured 25.5 us instead of 20.3, 1.037 x fp8.)
 //
 // --chunks C1,C2,... also times every shape with the split plan forced to items of C tokens (graph
-// timing), and for nvfp4 at head_dim 128 both tensor-core step builds (16 and 32 tokens per warp
+// timing), and for nvfp4 at head_dim 64 and 128 both tensor-core step builds (16 and 32 tokens per warp
 // step): the data behind the split plan's short-context rules (decode_plan.h).
 //
 // Each timed call reads a different copy of the KV pages (copies rotate so the working set is
@@ -263,7 +263,7 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
 }
 
 // Decode attention of one case, all buffers carved from `arena`. tc_steps > 0 overrides the
-// tensor-core kernel's chunks per warp step (DecodeLaunch::tc_steps; only nvfp4 d128 has both) and
+// tensor-core kernel's chunks per warp step (DecodeLaunch::tc_steps; only nvfp4 d64 and d128 have both) and
 // takes the any-plan build (DecodeLaunch::tc_few_blocks cleared): with 32-token steps in blocks of
 // the plan's long-item build where it has one (DecodeSplitPlan::block_warps), else of 4 warps.
 DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t ctx, int64_t batch, Timing timing,
@@ -690,8 +690,11 @@ int main(int argc, char** argv) {
         line += fmt::format(" {:>9.3f} {:>8.3f} {:>12}", ratio(KvDtype::kNVFP4, KvDtype::kFP8),
                             ratio(KvDtype::kFP8, KvDtype::kBF16),
                             both_orders ? fmt::format("{:.1f}%", 100.0 * spread) : std::string("-"));
-        // nvfp4 at head_dim 128 has two step builds: time both on this row's plan (graph timing).
-        if (row.timing == Timing::kGraph && g_head_dim == 128 && cases.count(KvDtype::kNVFP4) &&
+        // nvfp4 at head_dim 64 and 128 has two step builds (tc_steps): time both on this row's plan
+        // (graph timing).
+        const bool two_step_builds =
+            cuda::detail::tc_steps(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, g_head_dim) == 2;
+        if (row.timing == Timing::kGraph && two_step_builds && cases.count(KvDtype::kNVFP4) &&
             cases[KvDtype::kNVFP4]) {
           const DecodeCase& c = *cases[KvDtype::kNVFP4];
           const double s1 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 1).seconds;
