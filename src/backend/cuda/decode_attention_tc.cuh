@@ -717,82 +717,81 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
       l_w[warp * 8 + h] = l_run[j];
     }
   }
-  __syncthreads();  // every warp is done with its stages: the reduction may overwrite them
-  // The O^T writes into `red` below are 16-way bank conflicted at head_dim 128 (lanes g, c write rows
-  // 2c, 2c+1 at columns g·D/8 + j). Tried and rejected (H200, 2026-11-30, graph replays): an XOR
-  // swizzle making them conflict-free, with the merged outputs kept in registers and stored from there
-  // (no second barrier): slower at every short shape, unrolled or not, e.g. GQA 4 1 x 1K bf16 / fp8 /
-  // nvfp4 9.4 / 9.0 / 9.1 -> 10.0 / 9.4 / 9.8 us, 8 x 1K 13.7 -> 13.9 (nvfp4). Again on top of the
-  // once-per-head sums below (same day): the swizzle alone, the merged rows in the Q-fragment region,
-  // 1 x 1K 8.6 / 8.0 / 7.9 -> 8.8 / 8.2 / 8.3 us, 1 x 4K nvfp4 10.1 -> 10.4; the merged outputs stored
-  // to global memory from the merge loop (no second barrier) ~1 us slower everywhere. Not profiled.
-  // Conflict-free padded rows in the 8- and 16-warp builds: within noise (PERFORMANCE.md, 20th round).
-  auto merged = [&](int h, float& m_all, float& l_all) {
-    m_all = -INFINITY;
+  __syncthreads();  // every warp is done with its stages (and Q's): the reduction may overwrite them
+  // The merged (m, l) of this lane's heads 2c, 2c + 1, and this warp's scale for them: the 8 lanes of
+  // column c split the warps' states (lane g takes warps g, g + 8) and reduce with shuffles over g.
+  // (Every lane walking all warps' states, as before, cost a 16-warp block 16 times the loads and
+  // exp2s; PERFORMANCE.md, twenty-first round.)
+  float m_head[2], l_head[2], sc[2];
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, m_w[w * 8 + h]);
-    l_all = 0.0f;
+  for (int k = 0; k < 2; ++k) {
+    const int h = 2 * c + k;
+    constexpr int kPerLane = (kWarps + 7) / 8;
+    float mw[kPerLane], m_all = -INFINITY, l_all = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float mw = m_w[w * 8 + h];
-      l_all += mw == -INFINITY ? 0.0f : l_w[w * 8 + h] * exp2f(mw - m_all);
+    for (int j = 0; j < kPerLane; ++j) {
+      mw[j] = g + 8 * j < kWarps ? m_w[(g + 8 * j) * 8 + h] : -INFINITY;
+      m_all = fmaxf(m_all, mw[j]);
     }
-  };
+#pragma unroll
+    for (int off = 4; off < 32; off *= 2) m_all = fmaxf(m_all, __shfl_xor_sync(0xFFFFFFFFu, m_all, off));
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) l_all += mw[j] == -INFINITY ? 0.0f : l_w[(g + 8 * j) * 8 + h] * exp2f(mw[j] - m_all);
+#pragma unroll
+    for (int off = 4; off < 32; off *= 2) l_all += __shfl_xor_sync(0xFFFFFFFFu, l_all, off);
+    m_head[k] = m_all, l_head[k] = l_all;
+    const float m_mine = m_w[warp * 8 + h];
+    sc[k] = m_mine == -INFINITY ? 0.0f : exp2f(m_mine - m_all);
+  }
+  // Each warp's scaled O into its [8][D] block of `red` (red_swz layout; o[m][0..1]: dim g·D/8 + 2m,
+  // heads 2c, 2c+1; o[m][2..3]: dim g·D/8 + 2m + 1), as 64-bit stores of dim pairs.
   float* red = reinterpret_cast<float*>(work);  // [kWarps][8][D]
-  // The merged softmax sums of heads 2c, 2c + 1, computed once here and shuffled to the merge below
-  // (which called merged() per output element before: 4 exp2f and 8 shared loads each, 8 times per
-  // thread; H200, 2026-11-30, graph replays, GQA 4, bf16 / fp8 / nvfp4 us: 1 x 1K 9.0 / 8.4 / 8.3 ->
-  // 8.5 / 7.9 / 7.8, 8 x 1K 16.4 / 13.3 / 12.7 -> 15.7 / 12.7 / 12.0, 1 x 16K 24.3 / 16.4 / 15.6 ->
-  // 23.6 / 15.7 / 15.1; 64 x 1K 68.6 / 39.6 / 33.5 -> 67.5 / 38.6 / 32.5).
-  float l_head[2];
+  float* rows = q_s;                            // [8][D] merged, natural layout (Q's region, now free)
   {
-    // o[m][0..1]: dim g·D/8 + 2m, heads 2c, 2c+1; o[m][2..3]: dim g·D/8 + 2m + 1.
-    float sc[2];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      float m_all;
-      merged(2 * c + k, m_all, l_head[k]);
-      const float mw = m_w[warp * 8 + 2 * c + k];
-      sc[k] = mw == -INFINITY ? 0.0f : exp2f(mw - m_all);
-    }
-    float* dst0 = red + (warp * 8 + 2 * c) * D + g * (D / 8);
-    float* dst1 = dst0 + D;
+    float* mine = red + warp * 8 * D;
 #pragma unroll
     for (int m = 0; m < kOT; ++m) {
-      dst0[2 * m] = o[m][0] * sc[0];
-      dst1[2 * m] = o[m][1] * sc[1];
-      dst0[2 * m + 1] = o[m][2] * sc[0];
-      dst1[2 * m + 1] = o[m][3] * sc[1];
+      const int d = g * (D / 8) + 2 * m;
+      *reinterpret_cast<float2*>(mine + red_swz<D>(2 * c, d)) = make_float2(o[m][0] * sc[0], o[m][2] * sc[0]);
+      *reinterpret_cast<float2*>(mine + red_swz<D>(2 * c + 1, d)) = make_float2(o[m][1] * sc[1], o[m][3] * sc[1]);
     }
   }
   __syncthreads();
-  for (int i = tid; i < 8 * D; i += kThreads) {
+  for (int i = 2 * tid; i < 8 * D; i += 2 * kThreads) {
     const int h = i / D;  // warp-uniform
     const float l_all = __shfl_sync(0xFFFFFFFFu, (h & 1) ? l_head[1] : l_head[0], h >> 1);  // lane (0, h / 2)
-    float sum = 0.0f;
+    const int at = red_swz<D>(h, i % D);
+    float2 sum = make_float2(0.0f, 0.0f);
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += red[w * 8 * D + i];
-    red[i] = sum / l_all * T::kVUnitMult;  // each i is read and written by one thread only
+    for (int w = 0; w < kWarps; ++w) {
+      const float2 x = *reinterpret_cast<const float2*>(red + w * 8 * D + at);
+      sum.x += x.x, sum.y += x.y;
+    }
+    *reinterpret_cast<float2*>(rows + i) = make_float2(sum.x / l_all * T::kVUnitMult, sum.y / l_all * T::kVUnitMult);
+  }
+  // Warp 0's lanes 0..7 take head `lane`'s merged (m, l) for the lse, from lane (0, lane / 2).
+  float lse = 0.0f;
+  if (warp == 0) {
+    const int from = (lane >> 1) & 3;
+    const float m0 = __shfl_sync(0xFFFFFFFFu, m_head[0], from), m1 = __shfl_sync(0xFFFFFFFFu, m_head[1], from);
+    const float l0 = __shfl_sync(0xFFFFFFFFu, l_head[0], from), l1 = __shfl_sync(0xFFFFFFFFu, l_head[1], from);
+    lse = (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
   }
   __syncthreads();
 
   if (n_items == 1) {
-    if (a.rotate) hadamard_rows_smem(red, 8, D);
+    if (a.rotate) hadamard_rows_smem(rows, 8, D);
     const float out_mult = a.v_global_scale * (a.rotate ? rsqrtf(static_cast<float>(D)) : 1.0f);
     for (int i = tid; i < n_heads * D; i += kThreads) {
       const int h = i / D, d = i % D;
-      a.out[(static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d] = red[i] * out_mult;
+      a.out[(static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d] = rows[i] * out_mult;
     }
   } else {
     for (int i = tid; i < n_heads * D; i += kThreads) {
       const int h = i / D, d = i % D;
-      a.partial_out[(static_cast<int64_t>(item) * a.num_q_heads + q_head0 + h) * D + d] = red[i];
+      a.partial_out[(static_cast<int64_t>(item) * a.num_q_heads + q_head0 + h) * D + d] = rows[i];
     }
-    if (tid < n_heads) {
-      float m_all, l_all;
-      merged(tid, m_all, l_all);
-      a.partial_lse[static_cast<int64_t>(item) * a.num_q_heads + q_head0 + tid] = m_all + log2f(l_all);
-    }
+    if (tid < n_heads) a.partial_lse[static_cast<int64_t>(item) * a.num_q_heads + q_head0 + tid] = lse;
   }
 }
 

@@ -80,4 +80,22 @@ __device__ __forceinline__ int q_swz(int h, int d) {
   return h * kHeadDim + (d ^ (h & 7) ^ (((d >> 5) & 3) << 3));
 }
 
+// ---- epilogue swizzle (float offset of head h, dim d in a warp's [8][D] f32 O block) -----------------
+// The O^T accumulators leave lane (g, c) as pairs of dims g·D/8 + 2m, 2m + 1 (m < D/16) of heads 2c
+// and 2c + 1; with rows of D floats the 16 lanes of a half-warp's 64-bit store hit 2 (D = 128), 4
+// (D = 64) or 1 (D = 256) bank pairs. XOR the pair index m with s(g, c), which takes 16 distinct
+// values over a half-warp together with the bank bits the natural layout already spreads (g's low
+// bits): every store is conflict-free, and so are the reduction's reads of 32 consecutive dims of one
+// row (s is constant over them). Each row stays a permutation of itself. A 16-warp block's stores
+// took 2.3 us with 8-way conflicts (PERFORMANCE.md, twenty-first round).
+template <int kHeadDim>
+__device__ __forceinline__ int red_swz(int h, int d) {
+  constexpr int kPairs = kHeadDim / 16;  // m's range
+  static_assert(kPairs == 4 || kPairs == 8 || kPairs == 16, "head_dim 64, 128 or 256");
+  constexpr int kGShift = kPairs == 4 ? 2 : kPairs == 8 ? 1 : 0;  // g's bits not spread by the layout
+  const int g = d / (kHeadDim / 8);
+  const int s = ((h >> 1) | (((g & 3) >> kGShift) << 2)) & (kPairs - 1);
+  return h * kHeadDim + (d ^ (2 * s));
+}
+
 }  // namespace nibble::cuda::detail
