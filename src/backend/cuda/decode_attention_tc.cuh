@@ -769,14 +769,6 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
     }
     *reinterpret_cast<float2*>(rows + i) = make_float2(sum.x / l_all * T::kVUnitMult, sum.y / l_all * T::kVUnitMult);
   }
-  // Warp 0's lanes 0..7 take head `lane`'s merged (m, l) for the lse, from lane (0, lane / 2).
-  float lse = 0.0f;
-  if (warp == 0) {
-    const int from = (lane >> 1) & 3;
-    const float m0 = __shfl_sync(0xFFFFFFFFu, m_head[0], from), m1 = __shfl_sync(0xFFFFFFFFu, m_head[1], from);
-    const float l0 = __shfl_sync(0xFFFFFFFFu, l_head[0], from), l1 = __shfl_sync(0xFFFFFFFFu, l_head[1], from);
-    lse = (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
-  }
   __syncthreads();
 
   if (n_items == 1) {
@@ -791,7 +783,15 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
       const int h = i / D, d = i % D;
       a.partial_out[(static_cast<int64_t>(item) * a.num_q_heads + q_head0 + h) * D + d] = rows[i];
     }
-    if (tid < n_heads) a.partial_lse[static_cast<int64_t>(item) * a.num_q_heads + q_head0 + tid] = lse;
+    if (warp == 0) {  // lane h < n_heads: head h's lse, from lane (0, h / 2)
+      const int from = (lane >> 1) & 3;
+      const float m0 = __shfl_sync(0xFFFFFFFFu, m_head[0], from), m1 = __shfl_sync(0xFFFFFFFFu, m_head[1], from);
+      const float l0 = __shfl_sync(0xFFFFFFFFu, l_head[0], from), l1 = __shfl_sync(0xFFFFFFFFu, l_head[1], from);
+      if (lane < n_heads) {
+        a.partial_lse[static_cast<int64_t>(item) * a.num_q_heads + q_head0 + lane] =
+            (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
+      }
+    }
   }
 }
 
