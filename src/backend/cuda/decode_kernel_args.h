@@ -125,11 +125,14 @@ constexpr int tc_steps(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim)
 }
 
 // Items of at most this many tokens run the 16-token-step build even where tc_steps is 2: with
-// 32-token steps a 64-token item keeps only 2 of the 4 warps busy. Measured on the H200 (graph
-// replays, nvfp4 d128, 1 x 1K, GQA 4 / 8): 64-token items 9.2 / 9.5 us with 16-token steps against
-// 9.8 / 10.1 with 32; at 128-token items the 32-token build is ahead (9.6 vs 9.9, 9.7 vs 10.1; 2K,
-// 4K and 8 x 1K alike), so the threshold is one granule.
-inline constexpr int kTcShortItemTokens = 64;
+// 32-token steps a 64-token item keeps only 2 of the 4 warps busy, and a 128-token item gives each
+// warp one step that waits for both its chunks. Measured on the H200 (graph replays, nvfp4 d128,
+// GQA 4): first (2026-11-30) 1 x 1K 64-token items 9.2 / 9.5 us (GQA 4 / 8) with 16-token steps
+// against 9.8 / 10.1 with 32, 128-token items 9.9 against 9.6 (so the threshold was one granule);
+// after the lean copy, the few-blocks build and the conflict-free epilogue (2026-12-02, bench
+// --chunks 128, 16- / 32-token steps): 1 x 640 8.2 / 8.3, 1 x 768 8.3 / 8.4, 1 x 1K 8.4 / 8.6, 1 x
+// 1280 9.3 / 9.5 (GQA 8 1 x 1K 8.7 / 8.9), so 128-token items take the 16-token build too.
+inline constexpr int kTcShortItemTokens = 128;
 // Item sizes at the short shapes where nvfp4 is still behind fp8 (H200, 2026-11-30, graph replays,
 // bench --chunks, GQA 4, fp8 / nvfp4 us, after the copy-path changes of that day): 1 x 4K 256-token
 // items (the plan's) 11.2 / 11.5, 128: 11.7 / 11.7, 512: 13.3 / 13.5; 1 x 16K 512 (the plan's)

@@ -28,11 +28,12 @@ inline constexpr int64_t kDecodeMemoryBoundBlocksPerSm = 2;
 inline constexpr int64_t kDecodeLongItemTokens = 1024;  // items at least this long may fill every slot
 inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half the SMs would sit idle
 inline constexpr int64_t kDecodeMinChunkTokens = 256;   // the usual floor (DecodePlanInputs::min_chunk_tokens)
-// Issue-bound formats (blocks_per_sm above kDecodeMemoryBoundBlocksPerSm: V in nvfp4) go one granule
-// further when 128-token items still leave half the SMs idle: 1 x 1K nvfp4 (GQA 4 / 8, graph
-// replays) 9.2 / 9.5 us with 16 items of 64 tokens against 9.6-9.9 / 9.7-10.1 with 8 of 128; bf16
-// was 0.2-0.3 us slower at 64 (9.6 / 9.7 vs 9.3 / 9.5) in those back-to-back calls, but not in
-// the model's step (next rule).
+// Issue-bound formats (blocks_per_sm above kDecodeMemoryBoundBlocksPerSm: V in nvfp4) went one
+// granule further when 128-token items still left half the SMs idle (1 x 1K nvfp4, GQA 4 / 8, 9.2 /
+// 9.5 us with 16 items of 64 tokens against 9.6-9.9 / 9.7-10.1 with 8 of 128, 2026-11-30). No
+// longer: with 128-token items on the 16-token-step build (kTcShortItemTokens) and 8 items to merge
+// instead of 16, 1 x 1K nvfp4 takes 8.4 us against 8.7 (H200, 2026-12-02; PERFORMANCE.md, twenty-first
+// round).
 // One wave of granules: memory-bound formats take one-granule (64-token) items when that grid fits
 // num_sms · kDecodeMemoryBoundBlocksPerSm blocks (batch 1 up to 2K tokens at 8 KV heads). Measured
 // in the whole 8B batch-1 step, where the merge is followed by the o GEMV (bench_model_decode,

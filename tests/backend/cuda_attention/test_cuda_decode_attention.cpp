@@ -472,10 +472,10 @@ TEST_P(CudaDecodeFormat, LongContext128K) {
 }
 
 // nvfp4 at head_dim 64 and 128 has five tensor-core builds, 16- and 32-token warp steps (decode_tc_steps:
-// plans whose items are all <= kTcShortItemTokens = 64 run the 16-token one) and, for 32-token steps,
+// plans whose items are all <= kTcShortItemTokens = 128 run the 16-token one) and, for 32-token steps,
 // the few-blocks build (items < kDecodeLongItemTokens on a small grid: tc_few_blocks) and the long-item
 // builds of 16 and 8 warps per block (items >= kDecodeWideItemTokens on one wave: tc_warps): items of
-// 64 tokens take the first, 128, 192 and 256 the few-blocks one, 1024 the any-plan 32-token one, 4096
+// 64 and 128 tokens take the first, 192 and 256 the few-blocks one, 1024 the any-plan 32-token one, 4096
 // the 16-warp one (the 8-warp one: LongItemBuildsMatchTheOracle), over lengths that end mid-chunk,
 // mid-step and on a page.
 TEST(CudaDecodeNvfp4Steps, BothStepBuildsMatchTheOracle) {
