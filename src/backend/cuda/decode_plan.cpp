@@ -107,9 +107,13 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
         2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
       min_granules = idle_granules;
       cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
-      // (Issue-bound formats went on to one granule per item while half the SMs would still idle, 1 ×
-      // 1K: 16 items of 64 tokens. Since the 16-token-step build takes 128-token items, 8 of those
-      // and their 8-item merge are faster: H200, 2026-12-02, nvfp4 d128 1 x 1K 8.7 -> 8.4 µs.)
+      // Issue-bound formats: one granule per item while three quarters of the SMs would still idle
+      // (1 × 512: 8 items of 64 tokens; 1 × 1K keeps 8 of 128, decode_plan.h).
+      if (in.blocks_per_sm > base_blocks_per_sm && min_granules > 1 &&
+          4 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
+        min_granules = 1;
+        cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
+      }
     }
     if (in.blocks_per_sm > base_blocks_per_sm) {
       const int64_t cg_full =

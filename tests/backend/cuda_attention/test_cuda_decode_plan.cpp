@@ -61,6 +61,7 @@ TEST(DecodeSplitPlan, MatchesTheMeasuredChoices) {
       {1, 1024, 2, 64, 16},     // 128 blocks of one granule (the 8B step: 4.62-4.66 -> 4.56-4.57 ms)
       {1, 2048, 2, 64, 32},     // 256 blocks: still one wave at 2 per SM
       {1, 1024, 4, 128, 8},     // issue-bound (nvfp4): 8 items of 128 (the 16-token-step build)
+      {1, 512, 4, 64, 8},       // issue-bound: 4 items of 128 would leave 3/4 of the SMs idle
       {1, 2048, 4, 128, 16},    // 128 blocks: no further drop
       {1, 4096, 2, 256, 16},    // 128 blocks; 32 items of 128 tokens were slower (14.8 vs 13.6 µs)
       {1, 16384, 2, 512, 32},   // 2 blocks per SM of 512 tokens
