@@ -107,10 +107,10 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
         2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
       min_granules = idle_granules;
       cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
-      // Issue-bound formats: one granule per item while three quarters of the SMs would still idle
-      // (1 × 512: 8 items of 64 tokens; 1 × 1K keeps 8 of 128, decode_plan.h).
+      // Issue-bound formats: one granule per item while half the SMs would still idle (1 × 1K: 16 items;
+      // decode_plan.h).
       if (in.blocks_per_sm > base_blocks_per_sm && min_granules > 1 &&
-          4 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
+          2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
         min_granules = 1;
         cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
       }

@@ -29,13 +29,13 @@ inline constexpr int64_t kDecodeLongItemTokens = 1024;  // items at least this l
 inline constexpr int64_t kDecodeIdleChunkTokens = 128;  // the floor when half the SMs would sit idle
 inline constexpr int64_t kDecodeMinChunkTokens = 256;   // the usual floor (DecodePlanInputs::min_chunk_tokens)
 // Issue-bound formats (blocks_per_sm above kDecodeMemoryBoundBlocksPerSm: V in nvfp4) go one granule
-// further when 128-token items would leave three quarters of the SMs idle. H200, 2026-12-02, graph
-// replays, GQA 4 d128, nvfp4 us with 64- / 128-token items (the 16-token-step build takes both,
-// kTcShortItemTokens; fp8 beside): 1 x 256 6.8 / 7.0 (6.6), 1 x 512 7.2 / 7.4 (7.5; 32 blocks of
-// 128), 1 x 640 8.5 / 7.9 (8.5; 40 blocks), 1 x 768 8.4 / 8.0 (8.4), 1 x 1K 8.7 / 8.1 (8.7), 1 x 2K
-// (128 either way) 9.8 / 9.3 with the 32- / 16-token build. Until then (2026-11-30, the 32-token
-// build on 128-token items) the drop came at half the SMs: 1 x 1K 9.2 / 9.5 us (GQA 4 / 8) with 16
-// items of 64 tokens against 9.6-9.9 / 9.7-10.1 with 8 of 128.
+// further when 128-token items still leave half the SMs idle: 1 x 1K nvfp4 (GQA 4 / 8, graph
+// replays) 9.2 / 9.5 us with 16 items of 64 tokens against 9.6-9.9 / 9.7-10.1 with 8 of 128
+// (2026-11-30, the 32-token build on 128-token items). Re-measured when 128-token items moved to
+// the 16-token-step build (kTcShortItemTokens; H200, 2026-12-02): back-to-back calls then favour 8
+// items of 128 (1 x 1K 8.1 against 8.7 us, fp8 8.7; 1 x 640 7.9 against 8.5), but the whole 8B
+// batch-1 step at 1K did not (bench_model_decode, nvfp4 KV, one call: 4.138 ms/token with 16 items
+// of 64, 4.194 with 8 of 128; the merge overlaps the o GEMV there), so the rule stays.
 // One wave of granules: memory-bound formats take one-granule (64-token) items when that grid fits
 // num_sms · kDecodeMemoryBoundBlocksPerSm blocks (batch 1 up to 2K tokens at 8 KV heads). Measured
 // in the whole 8B batch-1 step, where the merge is followed by the o GEMV (bench_model_decode,

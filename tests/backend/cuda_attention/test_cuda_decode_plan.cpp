@@ -60,8 +60,8 @@ TEST(DecodeSplitPlan, MatchesTheMeasuredChoices) {
       {1, 512, 2, 64, 8},       // memory-bound, 64 blocks of one granule: one wave at 2 per SM
       {1, 1024, 2, 64, 16},     // 128 blocks of one granule (the 8B step: 4.62-4.66 -> 4.56-4.57 ms)
       {1, 2048, 2, 64, 32},     // 256 blocks: still one wave at 2 per SM
-      {1, 1024, 4, 128, 8},     // issue-bound (nvfp4): 8 items of 128 (the 16-token-step build)
-      {1, 512, 4, 64, 8},       // issue-bound: 4 items of 128 would leave 3/4 of the SMs idle
+      {1, 1024, 4, 64, 16},     // issue-bound (nvfp4): 8 items still leave half idle, one granule each
+      {1, 512, 4, 64, 8},
       {1, 2048, 4, 128, 16},    // 128 blocks: no further drop
       {1, 4096, 2, 256, 16},    // 128 blocks; 32 items of 128 tokens were slower (14.8 vs 13.6 µs)
       {1, 16384, 2, 512, 32},   // 2 blocks per SM of 512 tokens
@@ -98,7 +98,7 @@ TEST(DecodeSplitPlan, ItemsOfThirtyTwoTokenStepBuildsSpanWholeBlockRounds) {
       {1, 32768, 1088, 1024},  // 24.0 -> 22.6 us (decode_plan.h)
       {1, 65536, 1088, 1024},  // 38.3 -> 37.2
       {2, 32768, 1088, 1024},  // 38.2 -> 36.8
-      {1, 1024, 128, 128},     // 128 tokens: the 16-token-step build, already whole rounds
+      {1, 1024, 64, 64},       // one granule: the 16-token-step build, nothing to round
       {1, 16384, 512, 512},
       {8, 32768, 4096, 4096},
   };
@@ -156,7 +156,7 @@ TEST(DecodeSplitPlan, LongItemsFollowTheWideBuilds) {
       {1, 32768, 1024, 1024, 0},      // 1K items: 4-warp blocks
       {1, 16384, 512, 512, 0},        // short items: the few-blocks build
       {8, 1024, 256, 256, 0},
-      {1, 1024, 128, 128, 0},
+      {1, 1024, 64, 64, 0},
   };
   for (const Case& c : cases) {
     const std::vector<int32_t> lens(c.batch, c.ctx);
@@ -223,7 +223,7 @@ TEST(DecodeSplitPlan, Nvfp4AtHeadDim64SplitsShortContextsInto128TokenItems) {
     int32_t d64, d128;  // chunk tokens
   };
   const Case cases[] = {
-      {1, 1024, 128, 128},   // H200, d64: 8.0 us with 64-token items, 7.3 with 128 (fp8 7.9); d128 8.7 / 8.4
+      {1, 1024, 128, 64},    // H200, d64: 8.0 us with 64-token items, 7.3 with 128 (fp8 7.9)
       {1, 4096, 128, 256},   // 10.2 with 256, 9.5 with 128 (fp8 9.9)
       {8, 1024, 256, 256},   // 9.9 with 256, 11.1 with 128
       {1, 32768, 1024, 1024},
