@@ -35,7 +35,9 @@ inline constexpr int64_t kDecodeMinChunkTokens = 256;   // the usual floor (Deco
 // the 16-token-step build (kTcShortItemTokens; H200, 2026-12-02): back-to-back calls then favour 8
 // items of 128 (1 x 1K 8.1 against 8.7 us, fp8 8.7; 1 x 640 7.9 against 8.5), but the whole 8B
 // batch-1 step at 1K did not (bench_model_decode, nvfp4 KV, one call: 4.138 ms/token with 16 items
-// of 64, 4.194 with 8 of 128; the merge overlaps the o GEMV there), so the rule stays.
+// of 64, 4.194 with 8 of 128; the merge overlaps the o GEMV there), so the rule stays. bf16 was
+// 0.2-0.3 us slower at 64 (9.6 / 9.7 vs 9.3 / 9.5, 2026-11-30) in back-to-back calls, but not in the
+// model's step (next rule).
 // One wave of granules: memory-bound formats take one-granule (64-token) items when that grid fits
 // num_sms · kDecodeMemoryBoundBlocksPerSm blocks (batch 1 up to 2K tokens at 8 KV heads). Measured
 // in the whole 8B batch-1 step, where the merge is followed by the o GEMV (bench_model_decode,

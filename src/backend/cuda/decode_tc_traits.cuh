@@ -87,7 +87,10 @@ __device__ __forceinline__ int q_swz(int h, int d) {
 // values over a half-warp together with the bank bits the natural layout already spreads (g's low
 // bits): every store is conflict-free, and so are the reduction's reads of 32 consecutive dims of one
 // row (s is constant over them). Each row stays a permutation of itself. A 16-warp block's stores
-// took 2.3 us with 8-way conflicts (PERFORMANCE.md, twenty-first round).
+// took 2.3 us with 8-way conflicts (PERFORMANCE.md, twenty-first round). Earlier conflict-free
+// layouts measured slower at the short shapes (2026-11-30: an XOR swizzle with the merged rows kept
+// in registers, 1 x 1K nvfp4 9.1 -> 9.8 us) or as noise (the twentieth round's padded rows); this one
+// came with the per-column merge of the warps' softmax states and the merged rows in Q's region.
 template <int kHeadDim>
 __device__ __forceinline__ int red_swz(int h, int d) {
   constexpr int kPairs = kHeadDim / 16;  // m's range

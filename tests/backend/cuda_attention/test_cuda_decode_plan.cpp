@@ -61,7 +61,7 @@ TEST(DecodeSplitPlan, MatchesTheMeasuredChoices) {
       {1, 1024, 2, 64, 16},     // 128 blocks of one granule (the 8B step: 4.62-4.66 -> 4.56-4.57 ms)
       {1, 2048, 2, 64, 32},     // 256 blocks: still one wave at 2 per SM
       {1, 1024, 4, 64, 16},     // issue-bound (nvfp4): 8 items still leave half idle, one granule each
-      {1, 512, 4, 64, 8},
+      {1, 512, 4, 64, 8},       // the same drop: 8 items of 64, 64 blocks
       {1, 2048, 4, 128, 16},    // 128 blocks: no further drop
       {1, 4096, 2, 256, 16},    // 128 blocks; 32 items of 128 tokens were slower (14.8 vs 13.6 µs)
       {1, 16384, 2, 512, 32},   // 2 blocks per SM of 512 tokens
