@@ -82,24 +82,9 @@ using quant::ElemFormat;
 // Measured on the H200 (2026-11-30, graph replays, GQA 4, nvfp4 us, fp8 beside it): the registers alone
 // 1 x 4K 11.5 -> 11.4 (fp8 11.2), 1 x 16K 17.3 -> 17.0 (16.6), 8 x 1K 14.2 -> 13.9 (13.6); with the
 // deferred copy 10.7 (10.8), 16.5 (16.6), 13.5 (13.6); GQA 8: 11.4 (11.4), 17.0 (16.9), 15.0 (14.7).
-// Tried there and rejected:
-//  - two QK chains per tile (as kSteps 1; 168 registers): 8 x 1K 13.9 -> 15.1, others within 0.1;
-//  - K of the next step decoded during this step's softmax and P.V (software pipelining, the ring at 7
-//    stages so that the next step's chunks are waited for a step early; 201 registers, 2 blocks/SM):
-//    slower everywhere, 1 x 4K 11.4, 1 x 16K 18.1, 8 x 1K 15.6; the 7-stage ring alone (more copies in
-//    the prologue) 11.0, 17.9, 14.3 — the prologue's burst of copies is what delays the first step.
-// The deferred copy in the any-plan build too (long items, 4 blocks/SM) was slower there: 32 x 32K
-// 394.9 -> 399.5 us, 8 x 128K 396.6 -> 400.0, 8 x 32K 111.1 -> 110.8 (GQA 8: 111.2 -> 112.2).
-// Final figures (same day, graph replays, fp8 / nvfp4 us): GQA 4 1 x 4K 11.1 / 11.1, 1 x 16K
-// 16.5 / 16.5, 8 x 1K 13.5 / 13.6; GQA 8 11.4 / 11.4, 16.9 / 17.0, 14.7 / 15.0.
-// Also rejected in this build (nvfp4 us against 11.1 / 16.5 / 12.7 at GQA 4 1 x 4K, 1 x 16K, 8 x 1K
-// and 11.4 / 17.0 / 15.0 at GQA 8, same calls):
-//  - the copies ahead of step 0 issued only after step 0's data arrived (the deferred copy first or
-//    after the wait; one, two or three copies after Q.K^T): 11.2-11.3 / 16.6-16.9 / 12.8-13.0 and
-//    11.5-11.6 / 17.2-17.4 / 15.1-15.2;
-//  - griddepcontrol.launch_dependents after the main loop instead of at the start (the merge's
-//    blocks then wait beside fewer decode blocks): 10.9 / 16.9-17.0 / 13.7 and 11.3 / 17.3 / 14.9;
-//    at the very end: 11.5 / 17.1-17.2 / 13.2-13.3 and 11.8-11.9 / 17.5 / 15.0.
+// What else was tried in this build and rejected (the next step's K decoded during this one, a
+// 7-stage ring, the copies ahead of step 0 after its data, the dependents' trigger later):
+// docs/cuda_kernels.md, "nvfp4 at head_dim 128: 32 tokens per warp step".
 //
 // kOneP (DecodeLaunch::tc_one_p: V in nvfp4, unless DecodeAttentionParams::exact_p): the softmax
 // weights enter P·V as one f16 (11 significant bits) instead of hi + lo halves, one P·V MMA per V
