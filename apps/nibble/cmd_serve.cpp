@@ -3,8 +3,8 @@
 // KV pool size, in order of precedence:
 //   --kv-pages N        exactly N pages;
 //   --mem-fraction F    the memory planner's pool (`nibble plan`'s figures): F × device memory
-//                       (--device-memory, default: this machine's RAM on cpu; required on cuda)
-//                       minus the weights;
+//                       (--device-memory, default: the backend's memory, Backend::memory_bytes:
+//                       this machine's RAM on cpu, the GPU's on cuda) minus the weights;
 //   neither             room for --max-running requests of the model's full context.
 // SIGINT/SIGTERM (server/http_server.h has the sequence): new requests get 503; in-flight requests
 // may finish for --shutdown-grace-s, then are cancelled (a stream still gets a last chunk with
@@ -81,13 +81,8 @@ PoolSize size_pool(const ServeArgs& args, nibble::runtime::LoadedModel& model, c
     size.pages = args.kv_pages;
     size.source = "--kv-pages";
   } else if (args.mem_fraction) {
-    int64_t memory = 0;
-    if (args.device_memory) {
-      memory = static_cast<int64_t>(parse_bytes(*args.device_memory));
-    } else {
-      NIBBLE_CHECK(args.device == "cpu", "--mem-fraction on {} needs --device-memory (e.g. 141GB)", args.device);
-      memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
-    }
+    const int64_t memory =
+        args.device_memory ? static_cast<int64_t>(parse_bytes(*args.device_memory)) : model.backend().memory_bytes();
     const cache::MemoryPlan plan = cache::plan_memory({.model = model.config(),
                                                        .model_source = args.model_dir,
                                                        .gpu_memory_bytes = memory,
@@ -212,7 +207,8 @@ void add_serve_command(CLI::App& app) {
   nibble::cli::add_kv_scale_flags(cmd, args->kv_scale_flags);
   auto* fraction = cmd->add_option("--mem-fraction", args->mem_fraction,
                                    "Size the KV pool as `nibble plan` does: this fraction of device memory minus weights");
-  cmd->add_option("--device-memory", args->device_memory, "Device memory for --mem-fraction, e.g. 141GB");
+  cmd->add_option("--device-memory", args->device_memory,
+                  "Device memory for --mem-fraction, e.g. 141GB (default: this machine's RAM on cpu, the GPU's on cuda)");
   cmd->add_option("--kv-pages", args->kv_pages, "KV pool pages (0 = see --mem-fraction / --max-running)")
       ->capture_default_str()
       ->excludes(fraction);

@@ -61,6 +61,7 @@ class OpTimer final : public backend::Backend {
   void clear_host_totals() { host_totals_.clear(), host_order_.clear(); }
 
   std::string_view name() const override { return inner_.name(); }
+  int64_t memory_bytes() const override { return inner_.memory_bytes(); }
   std::unique_ptr<backend::Buffer> allocate(int64_t bytes) override { return inner_.allocate(bytes); }
   void copy_from_host(void* dst, const void* src, int64_t bytes) override { inner_.copy_from_host(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, int64_t bytes) override { inner_.copy_to_host(dst, src, bytes); }

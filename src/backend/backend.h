@@ -98,6 +98,9 @@ class Backend {
   virtual std::string_view name() const = 0;
 
   // ---- memory ---------------------------------------------------------------------------------
+  // Bytes of the memory allocate() draws from: the machine's physical RAM (CPU), the device's total
+  // memory (CUDA). `nibble serve --mem-fraction` sizes the KV pool as a fraction of it.
+  virtual int64_t memory_bytes() const = 0;
   virtual std::unique_ptr<Buffer> allocate(int64_t bytes) = 0;
   virtual void copy_from_host(void* device_dst, const void* host_src, int64_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* device_src, int64_t bytes) = 0;

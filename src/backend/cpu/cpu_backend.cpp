@@ -2,6 +2,7 @@
 #include "backend/validate.h"
 
 #include <cblas.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -38,6 +39,12 @@ constexpr int64_t kRowsPerTask = 16;
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions options) : pool_(options.num_threads) {}
+
+int64_t CpuBackend::memory_bytes() const {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  NIBBLE_CHECK(pages > 0 && page_size > 0, "device 'cpu': the physical memory size is unknown (sysconf)");
+  return static_cast<int64_t>(pages) * static_cast<int64_t>(page_size);
+}
 
 std::unique_ptr<Buffer> CpuBackend::allocate(int64_t bytes) {
   NIBBLE_CHECK(bytes >= 0, "cannot allocate {} bytes", bytes);

@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
 
   std::string_view name() const override { return "cpu"; }
 
+  int64_t memory_bytes() const override;
   std::unique_ptr<Buffer> allocate(int64_t bytes) override;
   void copy_from_host(void* device_dst, const void* host_src, int64_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, int64_t bytes) override;

@@ -89,6 +89,9 @@ CudaBackend::CudaBackend(WeightPrecision weights, bool cuda_graphs)
   int device = 0;
   NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
   NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+  size_t free_bytes = 0, total_bytes = 0;
+  NIBBLE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  memory_bytes_ = static_cast<int64_t>(total_bytes);
   NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   NIBBLE_CUBLAS_CHECK(cublasCreate(&blas_));
   NIBBLE_CUBLAS_CHECK(cublasSetStream(blas_, stream_));

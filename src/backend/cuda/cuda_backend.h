@@ -55,6 +55,7 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
 
+  int64_t memory_bytes() const override { return memory_bytes_; }
   std::unique_ptr<Buffer> allocate(int64_t bytes) override;
   void copy_from_host(void* device_dst, const void* host_src, int64_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, int64_t bytes) override;
@@ -149,6 +150,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   int num_sms_ = 0;
+  int64_t memory_bytes_ = 0;            // the device's total memory (cudaMemGetInfo)
   int64_t max_in_features_ = 0;         // widest matrix uploaded: sizes the scratch in plan()
   void* bf16_scratch_ = nullptr;        // [bf16_scratch_elements_] bf16 activations of one matmul (kBF16 only)
   int64_t bf16_scratch_elements_ = 0;

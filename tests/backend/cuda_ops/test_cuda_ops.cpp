@@ -77,6 +77,20 @@ class CudaOps : public ::testing::Test {
   std::mt19937 rng{20240601};
 };
 
+// The memory `nibble serve --mem-fraction` takes its fraction of: the device's total, as the device
+// properties state it (a second API), and the CPU backend's the machine's.
+TEST_F(CudaOps, MemoryBytesIsTheDevicesTotal) {
+  int device = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  NIBBLE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  EXPECT_EQ(gpu->memory_bytes(), static_cast<int64_t>(prop.totalGlobalMem));
+  EXPECT_GT(gpu->memory_bytes(), int64_t{1} << 30);
+  EXPECT_GT(cpu.memory_bytes(), int64_t{1} << 28);
+  std::printf("measured memory_bytes: cuda %.1f GiB, cpu %.1f GiB\n", gpu->memory_bytes() / 1073741824.0,
+              cpu.memory_bytes() / 1073741824.0);
+}
+
 TEST_F(CudaOps, MatmulMatchesCpuWithBf16Tolerance) {
   for (const int64_t rows : {1, 7, 64}) {
     for (const int64_t in : {64, 172}) {  // 172: stories260k's intermediate, not a multiple of 8

@@ -515,6 +515,31 @@ TEST(ServerStartup, MemFractionPoolIsWhatPlanSays) {
   EXPECT_NE(log.find(fit), std::string::npos) << fit << " not in: " << log;
 }
 
+// Without --device-memory the fraction is of the backend's memory (Backend::memory_bytes): on cpu
+// the machine's RAM, taken here from /proc/meminfo's MemTotal (the same kernel figure sysconf reads).
+TEST(ServerStartup, MemFractionWithoutDeviceMemoryIsOfTheMachinesRam) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit && key != "MemTotal:") {
+  }
+  ASSERT_EQ(key, "MemTotal:");
+  ASSERT_GT(kib, 0);
+  const int64_t ram = kib * 1024;
+  const CommandRun plan = run_nibble("plan --config " + shell_quoted(kModelDir + "/config.json") +
+                                     " --gpu-memory " + std::to_string(ram) +
+                                     " --mem-fraction 0.0005 --context 512 --page-size 16 --kv-dtype fp8 --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const json fp8 = json::parse(plan.out)["formats"][0];
+  ServerProcess server({"--model", kModelDir, "--kv-dtype", "fp8", "--rotate", "none", "--mem-fraction", "0.0005",
+                        "--page-size", "16"});
+  const std::string log = server.log();
+  const std::string pool = fmt::format("KV fp8: {} pages x 16 tokens = {} tokens", fp8["pool_pages"].get<int64_t>(),
+                                       fp8["pool_tokens"].get<int64_t>());
+  EXPECT_NE(log.find(pool), std::string::npos) << pool << " not in: " << log;
+  EXPECT_EQ(post(server.port(), "/v1/completions", completion(std::vector<int>{1}, 4).dump()).status, 200);
+}
+
 TEST(ServerLimits, TooManyWaitingIs429AndServingContinues) {
   ServerProcess server({"--model", kModelDir, "--kv-pages", "64", "--max-running", "1", "--max-waiting", "1"});
   constexpr int kRequests = 12;
