@@ -42,8 +42,8 @@
 // Launch: programmatic dependent launch (decode_attention_launch.cuh). A block reads the plan and
 // its first page-table entry, copies (with a.prefix_ready) its first chunks that end before the
 // sequence's last token, then griddepcontrol.wait (the previous kernel's q / last token), then
-// issues q loads and its other first copies; it triggers its dependents (the split merge) at its
-// start.
+// loads q and, once its q has arrived, issues its other first copies; it triggers its dependents
+// (the split merge) at its start.
 // Tried and reverted (H200, 2026-12-01): the step's KV write folded into this kernel (q's RoPE in the
 // prologue's staging, the warp holding a sequence's last chunk rotating, quantizing and storing the
 // new token with kv_write.cuh's functions before copying it back; bit for bit the two kernels'
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
   // q and the rest of the KV pages are the previous kernels' outputs.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 
-  // ---- q loads (registers), then the other prologue copies, then q -> fragments -----------------------
+  // ---- q loads (registers); once they are in, the other prologue copies; q -> fragments ---------------
   constexpr int kQPerThread = 8 * D / kThreads;  // q elements (of 8 heads × D) per thread
   float q_reg[kQPerThread];
 #pragma unroll
@@ -317,13 +317,23 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
     q_reg[j] = x;
   }
 
+  // The prologue copies not issued before the wait, called after the warp's q stores below: those
+  // wait for q's values, and the __syncwarp keeps the copies from being scheduled ahead of them. Not
+  // beside the q loads: a load issued while the block's copies are outstanding returns behind them.
+  // H200, 2026-12-02, a per-block %globaltimer trace of the benchmark (no copies before the wait
+  // there): thread 0's q arrived 3.7 us after the wait with the copies issued right behind its
+  // loads, 0.4-0.5 us with them after; graph replays: PERFORMANCE.md, twenty-second round. (With
+  // prefix_ready, the copies already outstanding before the wait delay q the same way, ~2.7 us.)
+  auto other_prologue_copies = [&] {
+    __syncwarp();
 #pragma unroll
-  for (int s = 0; s < kPrologue; ++s) {
-    if (s >= n_early) {
-      if (s < kPrologue - kDefer && s < n_local) issue(s, s, advance_after(s));
-      cp_async_commit();
+    for (int s = 0; s < kPrologue; ++s) {
+      if (s >= n_early) {
+        if (s < kPrologue - kDefer && s < n_local) issue(s, s, advance_after(s));
+        cp_async_commit();
+      }
     }
-  }
+  };
   const int n_items = a.seq_work_offset[seq + 1] - a.seq_work_offset[seq];  // epilogue only
 
   // ---- q -> f32 staging (rotated, scaled; q_swz layout), then hi/lo A fragments ------------------------
@@ -341,6 +351,7 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
   if (a.rotate) {  // block-uniform
 #pragma unroll
     for (int j = 0; j < kQPerThread; ++j) q_s[tid + j * kThreads] = q_reg[j];
+    other_prologue_copies();
     __syncthreads();
     hadamard_rows_smem(q_s, 8, D);  // ends with a barrier
     float x[kQPerThread];
@@ -363,6 +374,7 @@ __global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : 
       q_s[q_swz<D>(i / D, i % D)] = x;
       amax = fmaxf(amax, fabsf(x));
     }
+    other_prologue_copies();
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
