@@ -11,14 +11,10 @@ endfunction()
 function(nibble_test name)
   cmake_parse_arguments(A "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${A_SOURCES})
-  # fmt and json as the precompiled header has them (tests/CMakeLists.txt): same definitions.
-  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main fmt::fmt nlohmann_json::nlohmann_json)
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_compile_definitions(${name} PRIVATE
     NIBBLE_SOURCE_DIR="${PROJECT_SOURCE_DIR}" NIBBLE_BINARY_DIR="${PROJECT_BINARY_DIR}")
-  if(TARGET nibble_test_pch)  # tests/CMakeLists.txt
-    target_precompile_headers(${name} REUSE_FROM nibble_test_pch)
-  endif()
   if(NOT A_LABELS)
     set(A_LABELS unit)
   endif()
