@@ -1,6 +1,17 @@
+# CUDA sources stay out of unity batches (NIBBLE_UNITY_BUILD; CMake batches CUDA from 3.31): each
+# .cu is one kernel family's instantiations, compiled in parallel.
+function(nibble_cuda_sources_alone)
+  foreach(src IN LISTS ARGN)
+    if(src MATCHES "\\.cu$")
+      set_source_files_properties(${src} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+    endif()
+  endforeach()
+endfunction()
+
 # nibble_library(NAME SOURCES ... DEPS ...): one folder, one library, include root = src/.
 function(nibble_library name)
   cmake_parse_arguments(A "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  nibble_cuda_sources_alone(${A_SOURCES})
   add_library(${name} STATIC ${A_SOURCES})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_BINARY_DIR}/generated)
   target_link_libraries(${name} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS})
@@ -10,6 +21,7 @@ endfunction()
 # nibble_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary registered with ctest.
 function(nibble_test name)
   cmake_parse_arguments(A "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  nibble_cuda_sources_alone(${A_SOURCES})
   add_executable(${name} ${A_SOURCES})
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)

@@ -21,7 +21,9 @@ targets=(test_cuda_kv_write test_cuda_decode_attention test_cuda_decode_plan tes
          test_cuda_model test_cuda_graph test_cuda_sampling test_cuda_engine test_cuda_prefill_attention test_cuda_extend_attention
          bench_decode_attention bench_model_decode bench_prefill_attention nibble)
 
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON \
+# Every file compiled alone (no unity build): the staged build rebuilds only what changed, and it
+# checks that each file includes what it uses, which CI's unity builds would not notice.
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON -DNIBBLE_UNITY_BUILD=OFF \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" > /dev/null
 ninja -C "$BUILD" -j "$JOBS" "${targets[@]}"
 

@@ -76,7 +76,7 @@ int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_hea
 
 namespace {
 
-void validate_part(const cache::KvPartLayout& part, const char* which, int64_t page_bytes) {
+void validate_decode_part(const cache::KvPartLayout& part, const char* which, int64_t page_bytes) {
   NIBBLE_CHECK(part.head_dim == 64 || part.head_dim == 128 || part.head_dim == 256,
                "decode attention: {} head_dim must be 64, 128 or 256 on CUDA, got {}", which, part.head_dim);
   NIBBLE_CHECK(part.kv_heads > 0, "decode attention: {} kv_heads must be > 0, got {}", which, part.kv_heads);
@@ -116,8 +116,8 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   NIBBLE_CHECK(p.page_bytes <= INT32_MAX, "decode attention: page_bytes {} exceeds the CUDA kernels' limit {}",
                p.page_bytes, INT32_MAX);
   NIBBLE_CHECK(p.max_pages_per_seq > 0, "decode attention: max_pages_per_seq must be > 0, got {}", p.max_pages_per_seq);
-  validate_part(p.k_layout, "K", p.page_bytes);
-  validate_part(p.v_layout, "V", p.page_bytes);
+  validate_decode_part(p.k_layout, "K", p.page_bytes);
+  validate_decode_part(p.v_layout, "V", p.page_bytes);
   NIBBLE_CHECK(p.k_layout.head_dim == p.v_layout.head_dim && p.k_layout.kv_heads == p.v_layout.kv_heads &&
                    p.k_layout.page_size == p.v_layout.page_size,
                "decode attention: K and V layouts disagree: head_dim {} vs {}, kv_heads {} vs {}, page_size {} vs {}",

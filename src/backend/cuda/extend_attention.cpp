@@ -15,7 +15,7 @@ bool extend_attention_supports_head_dim(int64_t head_dim) {
 
 namespace {
 
-void validate_part(const cache::KvPartLayout& part, const char* which, const ExtendAttentionParams& p) {
+void validate_extend_part(const cache::KvPartLayout& part, const char* which, const ExtendAttentionParams& p) {
   NIBBLE_CHECK(part.head_dim == p.head_dim && part.kv_heads == p.num_kv_heads,
                "extend attention: {} layout is {} kv heads × head_dim {}, the attention {} × {}", which,
                part.kv_heads, part.head_dim, p.num_kv_heads, p.head_dim);
@@ -62,8 +62,8 @@ void extend_attention(const ExtendAttentionParams& p, cudaStream_t stream) {
   NIBBLE_CHECK(p.max_pages_per_seq > 0 && p.page_bytes > 0 && p.page_bytes % 16 == 0,
                "extend attention: max_pages_per_seq {} must be > 0 and page_bytes {} a positive multiple of 16",
                p.max_pages_per_seq, p.page_bytes);
-  validate_part(p.k_layout, "K", p);
-  validate_part(p.v_layout, "V", p);
+  validate_extend_part(p.k_layout, "K", p);
+  validate_extend_part(p.v_layout, "V", p);
   NIBBLE_CHECK(p.k_layout.page_size == p.v_layout.page_size, "extend attention: K pages of {} tokens, V pages of {}",
                p.k_layout.page_size, p.v_layout.page_size);
   NIBBLE_CHECK(p.k_global_scale > 0.0f && p.v_global_scale > 0.0f,

@@ -14,7 +14,7 @@ void launch_kv_write(const KvWriteParams& p, cudaStream_t stream);  // kv_write.
 
 namespace {
 
-void validate_part(const cache::KvPartLayout& part, const char* which, int64_t page_bytes) {
+void validate_write_part(const cache::KvPartLayout& part, const char* which, int64_t page_bytes) {
   NIBBLE_CHECK(part.head_dim == 64 || part.head_dim == 128 || part.head_dim == 256,
                "kv_write: {} head_dim must be 64, 128 or 256 on CUDA, got {}", which, part.head_dim);
   NIBBLE_CHECK(part.kv_heads > 0 && part.page_size > 0, "kv_write: {} layout has kv_heads {} and page_size {}",
@@ -44,8 +44,8 @@ void kv_write(const KvWriteParams& p, cudaStream_t stream) {
   NIBBLE_CHECK(p.page_bytes > 0 && p.page_bytes % 16 == 0, "kv_write: page_bytes must be a positive multiple of 16, got {}",
                p.page_bytes);
   NIBBLE_CHECK(p.max_pages_per_seq > 0, "kv_write: max_pages_per_seq must be > 0, got {}", p.max_pages_per_seq);
-  validate_part(p.k_layout, "K", p.page_bytes);
-  validate_part(p.v_layout, "V", p.page_bytes);
+  validate_write_part(p.k_layout, "K", p.page_bytes);
+  validate_write_part(p.v_layout, "V", p.page_bytes);
   NIBBLE_CHECK(p.k_layout.head_dim == p.v_layout.head_dim && p.k_layout.kv_heads == p.v_layout.kv_heads &&
                    p.k_layout.page_size == p.v_layout.page_size,
                "kv_write: K and V layouts disagree: head_dim {} vs {}, kv_heads {} vs {}, page_size {} vs {}",

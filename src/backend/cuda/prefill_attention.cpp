@@ -20,7 +20,7 @@ bool chunk_attention_supports_head_dim(int64_t head_dim) {
 
 namespace {
 
-void validate_part(const cache::KvPartLayout& part, const char* which, const ChunkAttentionParams& p) {
+void validate_chunk_part(const cache::KvPartLayout& part, const char* which, const ChunkAttentionParams& p) {
   NIBBLE_CHECK(part.head_dim == p.head_dim && part.kv_heads == p.num_kv_heads,
                "chunk attention: {} layout is {} kv heads × head_dim {}, the attention {} × {}", which,
                part.kv_heads, part.head_dim, p.num_kv_heads, p.head_dim);
@@ -58,8 +58,8 @@ void chunk_attention(const ChunkAttentionParams& p, cudaStream_t stream) {
   NIBBLE_CHECK(p.num_seqs > 0 && p.max_pages_per_seq > 0 && p.page_bytes > 0,
                "chunk attention: num_seqs {}, max_pages_per_seq {}, page_bytes {} must be > 0", p.num_seqs,
                p.max_pages_per_seq, p.page_bytes);
-  validate_part(p.k_layout, "K", p);
-  validate_part(p.v_layout, "V", p);
+  validate_chunk_part(p.k_layout, "K", p);
+  validate_chunk_part(p.v_layout, "V", p);
   NIBBLE_CHECK(p.k_layout.page_size == p.v_layout.page_size, "chunk attention: K pages of {} tokens, V pages of {}",
                p.k_layout.page_size, p.v_layout.page_size);
   NIBBLE_CHECK(p.rotation == quant::Rotation::kNone || quant::is_power_of_two(p.head_dim),

@@ -9,9 +9,12 @@
 
 #include "cache/kv_scales_file.h"
 #include "common/error.h"
+#include "support/expect_error.h"
 
 namespace nibble::cache {
 namespace {
+
+using test_support::expect_error;
 
 using quant::KvDtype;
 using quant::Rotation;
@@ -31,17 +34,6 @@ const char* kLayer = R"({"k_amax": 12.0, "v_amax": 3.0, "k_scale_nvfp4": 0.25, "
 
 std::string file_with(const std::string& layers, const std::string& rotation = "none") {
   return R"({"model": "m", "rotation": ")" + rotation + R"(", "layers": [)" + layers + "]}";
-}
-
-// Expects nibble::Error whose message contains `part`.
-template <typename F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error, expected one mentioning '" << part << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 TEST(KvScalesFile, ScalesFromAmaxAreAmaxOverFormatMaximum) {

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -15,19 +14,12 @@
 
 #include "common/error.h"
 #include "common/npy.h"
+#include "support/expect_error.h"
 
 namespace nibble {
 namespace {
 
-void expect_error(const std::function<void()>& fn, const std::string& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected nibble::Error containing '" << substring << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message '" << e.what() << "' lacks '" << substring << "'";
-  }
-}
+using test_support::expect_error;
 
 std::vector<uint8_t> float_bytes(const std::vector<float>& values) {
   std::vector<uint8_t> bytes(values.size() * 4);

@@ -8,16 +8,12 @@
 
 #include "common/error.h"
 #include "eval/multi_needle.h"
+#include "unit/eval/stories_tokenizer.h"
 
 namespace nibble::eval {
 namespace {
 
-const Tokenizer& tokenizer() {
-  static const Tokenizer t = Tokenizer::load(std::filesystem::path(NIBBLE_SOURCE_DIR) / "models" / "stories260k");
-  return t;
-}
-
-MultiNeedleOptions options(uint64_t seed, int64_t needles = 4) {
+MultiNeedleOptions needle_options(uint64_t seed, int64_t needles = 4) {
   return {.lengths = {400, 800}, .depths = {0.0, 0.5, 1.0}, .needles = needles, .samples = 3, .seed = seed};
 }
 
@@ -28,9 +24,9 @@ std::string values_of(const MultiNeedleItem& item) {
 }
 
 TEST(MultiNeedleItems, DeterminedBySeed) {
-  const auto a = make_multi_needle_items(tokenizer(), options(11));
-  const auto b = make_multi_needle_items(tokenizer(), options(11));
-  const auto c = make_multi_needle_items(tokenizer(), options(12));
+  const auto a = make_multi_needle_items(stories_tokenizer(), needle_options(11));
+  const auto b = make_multi_needle_items(stories_tokenizer(), needle_options(11));
+  const auto c = make_multi_needle_items(stories_tokenizer(), needle_options(12));
   ASSERT_EQ(a.size(), 2u * 3u * 3u);
   ASSERT_EQ(c.size(), a.size());
   int same = 0;
@@ -54,7 +50,7 @@ TEST(MultiNeedleItems, DeterminedBySeed) {
 
 TEST(MultiNeedleItems, NeedlesFitDistinctAndAsked) {
   for (int64_t n : {1, 4, 7}) {
-    const auto items = make_multi_needle_items(tokenizer(), options(5, n));
+    const auto items = make_multi_needle_items(stories_tokenizer(), needle_options(5, n));
     for (const MultiNeedleItem& item : items) {
       ASSERT_EQ(static_cast<int64_t>(item.needles.size()), n);
       EXPECT_LE(static_cast<int64_t>(item.prompt.size()), item.length);
@@ -74,7 +70,7 @@ TEST(MultiNeedleItems, NeedlesFitDistinctAndAsked) {
       EXPECT_EQ(static_cast<int64_t>(values.size()), n);
       // The text holds every needle, in the listed (prompt) order, each once, all before the
       // question, which names the asked needle; the asked needle sits at the requested depth.
-      const std::string text = tokenizer().decode(item.prompt, true);
+      const std::string text = stories_tokenizer().decode(item.prompt, true);
       const size_t question = text.find(multi_needle_question(item.needles[item.asked].name));
       ASSERT_NE(question, std::string::npos) << text;
       size_t previous = 0;
@@ -103,11 +99,11 @@ TEST(MultiNeedleItems, NeedlesFitDistinctAndAsked) {
 }
 
 TEST(MultiNeedleItems, RejectBadOptions) {
-  EXPECT_THROW(make_multi_needle_items(tokenizer(), {.lengths = {400}, .depths = {1.5}}), Error);
-  EXPECT_THROW(make_multi_needle_items(tokenizer(), {.lengths = {400}, .needles = 0}), Error);
-  EXPECT_THROW(make_multi_needle_items(tokenizer(), {.lengths = {400}, .needles = 17}), Error);
-  EXPECT_THROW(make_multi_needle_items(tokenizer(), {.lengths = {400}, .samples = 0}), Error);
-  EXPECT_THROW(make_multi_needle_items(tokenizer(), {.lengths = {40}, .needles = 4}), Error);  // too short
+  EXPECT_THROW(make_multi_needle_items(stories_tokenizer(), {.lengths = {400}, .depths = {1.5}}), Error);
+  EXPECT_THROW(make_multi_needle_items(stories_tokenizer(), {.lengths = {400}, .needles = 0}), Error);
+  EXPECT_THROW(make_multi_needle_items(stories_tokenizer(), {.lengths = {400}, .needles = 17}), Error);
+  EXPECT_THROW(make_multi_needle_items(stories_tokenizer(), {.lengths = {400}, .samples = 0}), Error);
+  EXPECT_THROW(make_multi_needle_items(stories_tokenizer(), {.lengths = {40}, .needles = 4}), Error);  // too short
 }
 
 MultiNeedleItem hand_item() {

@@ -8,23 +8,19 @@
 
 #include "common/error.h"
 #include "eval/passkey.h"
+#include "unit/eval/stories_tokenizer.h"
 
 namespace nibble::eval {
 namespace {
 
-const Tokenizer& tokenizer() {
-  static const Tokenizer t = Tokenizer::load(std::filesystem::path(NIBBLE_SOURCE_DIR) / "models" / "stories260k");
-  return t;
-}
-
-PasskeyOptions options(uint64_t seed) {
+PasskeyOptions passkey_options(uint64_t seed) {
   return {.lengths = {400, 800}, .depths = {0.0, 0.5, 1.0}, .samples = 3, .seed = seed};
 }
 
 TEST(PasskeyItems, DeterminedBySeed) {
-  const auto a = make_passkey_items(tokenizer(), options(11));
-  const auto b = make_passkey_items(tokenizer(), options(11));
-  const auto c = make_passkey_items(tokenizer(), options(12));
+  const auto a = make_passkey_items(stories_tokenizer(), passkey_options(11));
+  const auto b = make_passkey_items(stories_tokenizer(), passkey_options(11));
+  const auto c = make_passkey_items(stories_tokenizer(), passkey_options(12));
   ASSERT_EQ(a.size(), 2u * 3u * 3u);  // lengths x depths x samples
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].key, b[i].key);
@@ -47,12 +43,12 @@ TEST(PasskeyItems, DeterminedBySeed) {
 }
 
 TEST(PasskeyItems, FitTheLengthAndHideTheKeyAtTheDepth) {
-  const auto items = make_passkey_items(tokenizer(), options(3));
+  const auto items = make_passkey_items(stories_tokenizer(), passkey_options(3));
   for (const PasskeyItem& item : items) {
     EXPECT_LE(static_cast<int64_t>(item.prompt.size()), item.length);
     // Largest filler count that fits: one more filler sentence (~20+ tokens) would overflow.
     EXPECT_GT(static_cast<int64_t>(item.prompt.size()), item.length - 40);
-    const std::string text = tokenizer().decode(item.prompt, true);
+    const std::string text = stories_tokenizer().decode(item.prompt, true);
     const size_t needle = text.find(passkey_needle(item.key));
     ASSERT_NE(needle, std::string::npos) << text;
     // Depth is measured within the filler region (between the intro and the question); the needle
@@ -73,9 +69,9 @@ TEST(PasskeyItems, FitTheLengthAndHideTheKeyAtTheDepth) {
 }
 
 TEST(PasskeyItems, RejectBadOptions) {
-  EXPECT_THROW(make_passkey_items(tokenizer(), {.lengths = {200}, .depths = {1.5}}), Error);
-  EXPECT_THROW(make_passkey_items(tokenizer(), {.lengths = {200}, .depths = {0.5}, .samples = 0}), Error);
-  EXPECT_THROW(make_passkey_items(tokenizer(), {.lengths = {20}, .depths = {0.5}}), Error);  // too short
+  EXPECT_THROW(make_passkey_items(stories_tokenizer(), {.lengths = {200}, .depths = {1.5}}), Error);
+  EXPECT_THROW(make_passkey_items(stories_tokenizer(), {.lengths = {200}, .depths = {0.5}, .samples = 0}), Error);
+  EXPECT_THROW(make_passkey_items(stories_tokenizer(), {.lengths = {20}, .depths = {0.5}}), Error);  // too short
 }
 
 TEST(PasskeyScoring, FirstDigitRun) {

@@ -5,29 +5,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "quant/kv_format.h"
+#include "support/expect_error.h"
 #include "unit/quant/oracle.h"
 
 namespace nibble::quant {
 namespace {
 
-constexpr ElemFormat kAllFormats[] = {ElemFormat::kF32, ElemFormat::kBF16, ElemFormat::kFP8, ElemFormat::kNVFP4};
+using test_support::expect_error;
 
-void expect_error(const std::function<void()>& fn, const std::string& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected nibble::Error containing '" << substring << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message '" << e.what() << "' lacks '" << substring << "'";
-  }
-}
+constexpr ElemFormat kAllFormats[] = {ElemFormat::kF32, ElemFormat::kBF16, ElemFormat::kFP8, ElemFormat::kNVFP4};
 
 TEST(KvFormat, BytesPerHeadVector) {
   // DESIGN.md: f32 4d, bf16 2d, fp8 d, nvfp4 d/2 codes + d/16 E4M3 scales.

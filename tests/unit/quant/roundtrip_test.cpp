@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -11,20 +10,13 @@
 
 #include "common/error.h"
 #include "quant/roundtrip.h"
+#include "support/expect_error.h"
 #include "unit/quant/oracle.h"
 
 namespace nibble::quant {
 namespace {
 
-void expect_error(const std::function<void()>& fn, const std::string& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected nibble::Error containing '" << substring << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message '" << e.what() << "' lacks '" << substring << "'";
-  }
-}
+using test_support::expect_error;
 
 std::vector<float> random_tensor(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);

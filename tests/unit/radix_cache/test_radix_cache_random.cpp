@@ -15,10 +15,10 @@
 namespace nibble::cache {
 namespace {
 
-constexpr int64_t kPageSize = 2;
+constexpr int64_t kRandomPageSize = 2;
 constexpr int64_t kPoolPages = 48;
 
-using Prefix = std::vector<TokenId>;  // k * kPageSize tokens
+using Prefix = std::vector<TokenId>;  // k * kRandomPageSize tokens
 
 struct Client {
   std::vector<TokenId> tokens;
@@ -32,8 +32,8 @@ class Oracle {
   // Longest k such that every prefix of 1..k whole pages is cached; their pages.
   std::vector<PageId> match(const std::vector<TokenId>& tokens) const {
     std::vector<PageId> pages;
-    for (int64_t k = 1; k * kPageSize <= static_cast<int64_t>(tokens.size()); ++k) {
-      auto it = cached_.find(Prefix(tokens.begin(), tokens.begin() + k * kPageSize));
+    for (int64_t k = 1; k * kRandomPageSize <= static_cast<int64_t>(tokens.size()); ++k) {
+      auto it = cached_.find(Prefix(tokens.begin(), tokens.begin() + k * kRandomPageSize));
       if (it == cached_.end()) break;
       pages.push_back(it->second);
     }
@@ -42,8 +42,8 @@ class Oracle {
   // Expected pages_to_release of an insert, then records the adopted pages.
   std::vector<PageId> insert(const std::vector<TokenId>& tokens, const std::vector<PageId>& pages) {
     std::vector<PageId> dups;
-    for (int64_t k = 1; k * kPageSize <= static_cast<int64_t>(tokens.size()); ++k) {
-      Prefix p(tokens.begin(), tokens.begin() + k * kPageSize);
+    for (int64_t k = 1; k * kRandomPageSize <= static_cast<int64_t>(tokens.size()); ++k) {
+      Prefix p(tokens.begin(), tokens.begin() + k * kRandomPageSize);
       auto [it, added] = cached_.emplace(p, pages[k - 1]);
       if (!added && it->second != pages[k - 1]) dups.push_back(pages[k - 1]);
     }
@@ -65,8 +65,8 @@ class Oracle {
   // Every cached prefix's shorter prefixes are cached too (eviction takes leaves only).
   bool prefix_closed() const {
     for (const auto& [prefix, page] : cached_) {
-      if (prefix.size() > static_cast<size_t>(kPageSize) &&
-          !cached_.count(Prefix(prefix.begin(), prefix.end() - kPageSize))) {
+      if (prefix.size() > static_cast<size_t>(kRandomPageSize) &&
+          !cached_.count(Prefix(prefix.begin(), prefix.end() - kRandomPageSize))) {
         return false;
       }
     }
@@ -88,7 +88,7 @@ void run_random_operations(uint32_t seed, int steps) {
   std::mt19937 rng(seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   PageAllocator allocator(kPoolPages);
-  RadixCache cache(allocator, {.page_size = kPageSize});
+  RadixCache cache(allocator, {.page_size = kRandomPageSize});
   Oracle oracle;
   std::vector<Client> clients;
   // A few prompt stems so requests share prefixes; a 3-letter alphabet makes pages collide often.
@@ -112,12 +112,12 @@ void run_random_operations(uint32_t seed, int steps) {
       const std::vector<PageId> expected = oracle.match(c.tokens);
       RadixMatch m = cache.match_prefix(c.tokens);
       ASSERT_EQ(m.pages, expected);
-      ASSERT_EQ(m.matched_tokens, static_cast<int64_t>(expected.size()) * kPageSize);
+      ASSERT_EQ(m.matched_tokens, static_cast<int64_t>(expected.size()) * kRandomPageSize);
       hits += m.matched_tokens;
       c.pages = m.pages;
       c.shared = static_cast<int64_t>(m.pages.size());
       c.handle = m.handle;
-      const int64_t need = (static_cast<int64_t>(c.tokens.size()) + kPageSize - 1) / kPageSize - c.shared;
+      const int64_t need = (static_cast<int64_t>(c.tokens.size()) + kRandomPageSize - 1) / kRandomPageSize - c.shared;
       if (allocator.num_free() < need) {
         const int64_t want = need - allocator.num_free();
         const int64_t evictable = cache.evictable_pages();
@@ -140,7 +140,7 @@ void run_random_operations(uint32_t seed, int steps) {
       const std::vector<PageId> expected_dups = oracle.insert(c.tokens, c.pages);
       RadixInsert r = cache.insert(c.tokens, c.pages);
       ASSERT_EQ(r.pages_to_release, expected_dups);
-      const int64_t whole = static_cast<int64_t>(c.tokens.size()) / kPageSize;
+      const int64_t whole = static_cast<int64_t>(c.tokens.size()) / kRandomPageSize;
       ASSERT_EQ(static_cast<int64_t>(r.tree_pages.size()), whole);
       allocator.release(r.pages_to_release);
       if (mid_request) {  // the scheduler's cache_prefix(): the request now shares all whole pages

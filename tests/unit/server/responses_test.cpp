@@ -11,7 +11,7 @@ namespace nibble::server {
 namespace {
 
 using nlohmann::json;
-const std::string kModelDir = NIBBLE_SOURCE_DIR "/models/stories260k";
+const std::string kStoriesDir = NIBBLE_SOURCE_DIR "/models/stories260k";
 
 TEST(Sse, Framing) {
   EXPECT_EQ(sse_event(json{{"a", 1}}), "data: {\"a\":1}\n\n");
@@ -46,7 +46,7 @@ TEST(Responses, CompletionAndChunks) {
 }
 
 TEST(Responses, CompletionLogprobsOffsetsIndexTheText) {
-  const Tokenizer tok = Tokenizer::load(kModelDir);
+  const Tokenizer tok = Tokenizer::load(kStoriesDir);
   const std::vector<int32_t> ids = tok.encode("Once upon a time");
   LogprobsBuilder b(tok, Endpoint::kCompletions);
   b.add(ids[0], std::nullopt);
