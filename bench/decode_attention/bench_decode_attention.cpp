@@ -302,6 +302,9 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
     cuda::detail::DecodeLaunch launch = cuda::detail::prepare_decode_launch(params);
     launch.tc_steps = tc_steps;
     launch.tc_few_blocks = false;
+    launch.tc_warps = tc_steps == 2 && c.plan.block_warps > 0 && c.plan.chunk_tokens >= cuda::kDecodeWideItemTokens
+                          ? c.plan.block_warps
+                          : cuda::detail::kTcWarps;
     cuda::detail::launch_decode_kernel(launch, stream);
     if (launch.split) {
       cuda::detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits, true,
@@ -699,7 +702,9 @@ int main(int argc, char** argv) {
           const DecodeCase& c = *cases[KvDtype::kNVFP4];
           const double s1 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 1).seconds;
           const double s2 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 2).seconds;
-          const int warps = c.plan.block_warps > 0 ? c.plan.block_warps : cuda::detail::kTcWarps;
+          const int warps = c.plan.block_warps > 0 && c.plan.chunk_tokens >= cuda::kDecodeWideItemTokens
+                                ? c.plan.block_warps
+                                : cuda::detail::kTcWarps;
           line += fmt::format(" | nvfp4 item {} tok, any-plan builds: 16-tok steps {:.1f} us, 32-tok steps "
                               "({} warps/block) {:.1f} us",
                               c.plan.chunk_tokens, s1 * 1e6, warps, s2 * 1e6);

@@ -58,6 +58,13 @@ std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(q
           build(detail::kTcWideWarps, kDecodeWideManyWavesTokens)};
 }
 
+static_assert(kTcChunkTokens == detail::kTcChunk, "the plan's chunk is the kernel's");
+
+int32_t decode_short_item_warps(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
+  if (k_format == quant::ElemFormat::kF32) return 0;
+  return detail::tc_steps(k_format, v_format, static_cast<int>(head_dim)) == 2 ? detail::kTcWideWarps : 0;
+}
+
 int64_t decode_min_chunk_tokens(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
   const bool nvfp4 = k_format == quant::ElemFormat::kNVFP4 && v_format == quant::ElemFormat::kNVFP4;
   return nvfp4 && head_dim == 64 ? kDecodeIdleChunkTokens : kDecodeMinChunkTokens;
@@ -67,7 +74,8 @@ DecodePlanInputs decode_plan_format_inputs(quant::ElemFormat k_format, quant::El
   return {.blocks_per_sm = decode_blocks_per_sm(k_format, v_format, head_dim),
           .min_chunk_tokens = decode_min_chunk_tokens(k_format, v_format, head_dim),
           .item_granule_multiple = decode_item_granules(k_format, v_format, head_dim),
-          .long_items = decode_long_item_builds(k_format, v_format, head_dim)};
+          .long_items = decode_long_item_builds(k_format, v_format, head_dim),
+          .short_item_warps = decode_short_item_warps(k_format, v_format, head_dim)};
 }
 
 int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {
@@ -196,8 +204,10 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   launch.tc_few_blocks = detail::tc_steps(kf, vf, static_cast<int>(head_dim)) == 2 &&
                         plan.chunk_tokens < kDecodeLongItemTokens &&
                         static_cast<int64_t>(launch.grid_tc.x) <= int64_t{detail::kTcFewBlocksPerSm} * plan.num_sms;
-  launch.tc_warps = plan.block_warps > 0 && launch.tc_steps == 2 && !launch.tc_few_blocks ? plan.block_warps
-                                                                                          : detail::kTcWarps;
+  const bool long_item_build = plan.block_warps > 0 && launch.tc_steps == 2 && !launch.tc_few_blocks;
+  const bool short_item_build = plan.block_warps == detail::kTcWideWarps && launch.tc_steps == 1 &&
+                                launch.tc_few_blocks && plan.chunk_tokens == detail::kTcChunk * detail::kTcWideWarps;
+  launch.tc_warps = long_item_build || short_item_build ? plan.block_warps : detail::kTcWarps;
   launch.tc_one_p = vf == ElemFormat::kNVFP4 && !p.exact_p;
   if (p.spread_blocks &&
       static_cast<int64_t>(launch.grid_tc.x) <= kDecodeMemoryBoundBlocksPerSm * static_cast<int64_t>(plan.num_sms)) {

@@ -101,13 +101,18 @@ std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(q
                                                                                quant::ElemFormat v_format,
                                                                                int64_t head_dim);
 
+// The short-item build's warps per block (DecodePlanInputs::short_item_warps): kTcWideWarps (8) for
+// nvfp4 at head_dim 64 and 128, whose 128-token items then run one 16-token chunk per warp on one
+// block per SM (instead of two chunks per warp in 4-warp blocks, or 64-token items); 0 for every other.
+int32_t decode_short_item_warps(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
+
 // The shortest item the split plan makes before its idle-SM rules (DecodePlanInputs::min_chunk_tokens):
 // 128 tokens for nvfp4 at head_dim 64, whose items carry half the bytes per token of head_dim 128's,
 // else the default 256 (kDecodeMinChunkTokens).
 int64_t decode_min_chunk_tokens(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
 // The split plan's inputs that depend on the KV format and head_dim (blocks_per_sm,
-// item_granule_multiple, long_items, min_chunk_tokens: the four functions above); the caller adds the
+// item_granule_multiple, long_items, short_item_warps, min_chunk_tokens: the five functions above); the caller adds the
 // batch's lengths, its KV heads and group chunks, and the device's SMs.
 DecodePlanInputs decode_plan_format_inputs(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 

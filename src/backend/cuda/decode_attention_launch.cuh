@@ -85,7 +85,7 @@ void launch_decode_tc_steps(const DecodeKernelArgs& args, bool one_p, int max_bl
 
 // steps: 1, or 2 where tc_steps(KF, VF, kHeadDim) is 2 (only then is the 32-token-step build made,
 // and its few-blocks build: few_blocks, DecodeLaunch::tc_few_blocks, and its long-item builds: warps,
-// DecodeLaunch::tc_warps).
+// DecodeLaunch::tc_warps; and, of 16-token steps, the few-blocks build in 4- and 8-warp blocks).
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
 void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, int warps, bool one_p,
                             int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
@@ -108,6 +108,10 @@ void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_bl
     }
   }
   if constexpr (kMaxSteps == 2) {
+    if (few_blocks && warps == kTcWideWarps) {
+      launch_decode_tc_steps<KF, VF, kHeadDim, 1, true, kTcWideWarps>(args, one_p, max_blocks_per_sm, grid, stream);
+      return;
+    }
     if (few_blocks) {
       launch_decode_tc_steps<KF, VF, kHeadDim, 1, true>(args, one_p, max_blocks_per_sm, grid, stream);
       return;

@@ -2,7 +2,7 @@
 // Tensor-core paged decode attention (bf16, fp8, nvfp4, k8v4 caches; f32 uses the CUDA-core kernel
 // in decode_attention.cuh). Host entry point: decode_attention.h.
 //
-// Work decomposition: one block (kWarps: 4, or 8 or 16 in nvfp4's long-item builds) = one work item
+// Work decomposition: one block (kWarps: 4, or 8 or 16 in nvfp4's long- and short-item builds) = one work item
 // of the split plan × one KV head × up to 8 query heads of its GQA
 // group; a 1-D grid with the head chunks of an item in consecutive blocks. Each warp streams its own
 // steps of kSteps 16-token chunks (tc_steps: 2 for nvfp4 at head_dim 64 and 128, else 1; steps w, w +
@@ -98,13 +98,18 @@ using quant::ElemFormat;
 // (heads 0-3 repeated in Q's rows 4-7), one MMA and exact: GQA 4 32 x 32K 375.2 us, GQA 8 nothing;
 // and two QK MMA chains per tile in the 32-token step: 389.5 vs 376.7 us, 4 bytes spilled.
 //
-// kWarps: warps per block, kTcWarps or (the long-item builds, DecodeLaunch::tc_warps) kTcWideWarps, kTcSmWarps.
+// kWarps: warps per block, kTcWarps or (the long-item builds, DecodeLaunch::tc_warps) kTcWideWarps, kTcSmWarps;
+// kTcWideWarps also in the short-item build (kSteps 1, kFewBlocks; decode_short_item_warps): items of
+// one 16-token chunk per warp, one block per SM (measured: docs/cuda_kernels.md).
 template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false, bool kOneP = false,
           int kWarps = kTcWarps>
-__global__ void __launch_bounds__(32 * kWarps, kFewBlocks ? kTcFewBlocksPerSm : TcTraits<KF, VF, kHeadDim, kWarps>::kMinBlocks)
+__global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kHeadDim, kWarps>::kMinBlocks
+                                                : kWarps == kTcWarps ? kTcFewBlocksPerSm : 1)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
-  static_assert(kWarps == kTcWarps || ((kWarps == kTcWideWarps || kWarps == kTcSmWarps) && kSteps == 2 && !kFewBlocks),
-                "wide blocks only in the any-plan build of 32-token steps");
+  static_assert(kWarps == kTcWarps || ((kWarps == kTcWideWarps || kWarps == kTcSmWarps) && kSteps == 2 && !kFewBlocks) ||
+                    (kWarps == kTcWideWarps && kSteps == 1 && kFewBlocks),
+                "wide blocks only in the long-item builds (32-token steps) and the short-item one (16-token steps, "
+                "few blocks)");
   constexpr int kThreads = 32 * kWarps;
   using T = TcTraits<KF, VF, kHeadDim, kWarps>;
   constexpr int kOT = T::kNTiles / 2;  // O^T accumulator tiles (pv_pair)

@@ -164,8 +164,8 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
 // Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside,
 // steps = 16-token chunks per warp step (1, or 2 where tc_steps is 2; decode_tc_steps); few_blocks
 // (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks); warps
-// (kTcWarps; where tc_steps is 2, with 32-token steps and not few_blocks, also a long-item build's:
-// DecodeLaunch::tc_warps);
+// (kTcWarps; where tc_steps is 2, with 32-token steps and not few_blocks, also a long-item build's,
+// and with 16-token steps and few_blocks kTcWideWarps, the short-item build: DecodeLaunch::tc_warps);
 // one_p = p into P·V as one f16 (only where V is nvfp4: DecodeLaunch::tc_one_p).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
@@ -204,7 +204,8 @@ struct DecodeLaunch {
   // may clear it to time the any-plan build.
   bool tc_few_blocks;
   // Warps per block: kTcWarps, or a long-item build's (kTcWideWarps, kTcSmWarps) where tc_steps is 2
-  // and the plan was sized for it (DecodeSplitPlan::block_warps).
+  // and the plan was sized for it (DecodeSplitPlan::block_warps), or kTcWideWarps with 16-token steps
+  // and few_blocks for a plan of one chunk per warp (the short-item build, decode_short_item_warps).
   int tc_warps = kTcWarps;
   // > 0: the tensor-core kernel's shared memory is raised so that at most this many blocks share an
   // SM (DecodeAttentionParams::spread_blocks); 0: as many as fit.

@@ -72,10 +72,11 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   const int64_t num_seqs = static_cast<int64_t>(in.seq_lens.size());
   NIBBLE_CHECK(num_seqs > 0, "decode plan: the batch has no sequences");
   NIBBLE_CHECK(in.num_kv_heads > 0 && in.group_chunks > 0 && in.num_sms > 0 && in.blocks_per_sm > 0 &&
-                   in.item_granule_multiple > 0,
+                   in.item_granule_multiple > 0 && in.short_item_warps >= 0,
                "decode plan: kv_heads {}, group_chunks {}, num_sms {}, blocks_per_sm {}, item_granule_multiple {} "
-               "must all be positive",
-               in.num_kv_heads, in.group_chunks, in.num_sms, in.blocks_per_sm, in.item_granule_multiple);
+               "must all be positive (short_item_warps {} >= 0)",
+               in.num_kv_heads, in.group_chunks, in.num_sms, in.blocks_per_sm, in.item_granule_multiple,
+               in.short_item_warps);
   for (const DecodeLongItemBuild& b : in.long_items) {
     NIBBLE_CHECK(b.warps == 0 || (b.warps > 0 && b.blocks_per_sm > 0 && b.item_granule_multiple > 0),
                  "decode plan: a long-item build of {} warps needs blocks_per_sm ({}) and item_granule_multiple "
@@ -103,13 +104,18 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     // A short batch whose finest split still leaves more than half the SMs without a block: halve the
     // floor once (1 × 1K: 8 items of 128 tokens, 11.0 µs, against 4 of 256, 11.9 µs, every format).
     const int64_t idle_granules = kDecodeIdleChunkTokens / kDecodeSplitGranule;
+    // The short-item build's items (one 16-token chunk per warp: 128 tokens at 8 warps), when their grid
+    // fits one block per SM.
+    const int64_t short_granules = kTcChunkTokens * in.short_item_warps / kDecodeSplitGranule;
+    const bool short_items_fit = in.short_item_warps > 0 && short_granules >= 1 &&
+                                 count_items(in, short_granules) * in.num_kv_heads * in.group_chunks <= in.num_sms;
     if (min_granules > idle_granules &&
         2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
       min_granules = idle_granules;
       cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
       // Issue-bound formats: one granule per item while half the SMs would still idle (1 × 1K: 16 items;
-      // decode_plan.h).
-      if (in.blocks_per_sm > base_blocks_per_sm && min_granules > 1 &&
+      // decode_plan.h), unless the short-item build takes the batch (below).
+      if (in.blocks_per_sm > base_blocks_per_sm && min_granules > 1 && !short_items_fit &&
           2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
         min_granules = 1;
         cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
@@ -134,6 +140,13 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       // SM (batch-1 steps of short contexts; "one wave of granules" in decode_plan.h).
       cg = 1;
     }
+    // The short-item build takes a batch whose longer items would leave more than half the SMs idle:
+    // at 1 x 1025 the rules above give 256-token items (17 granules in at most 8 splits, rounded to
+    // the granule multiple), 40 blocks; this gives 9 items of 128 on 72.
+    if (short_items_fit && cg > short_granules &&
+        2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
+      cg = short_granules;
+    }
     chunk = cg * kDecodeSplitGranule;
   }
 
@@ -148,6 +161,11 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       plan.block_warps = b.warps;
       break;
     }
+  }
+  // The short-item build: one 16-token chunk per warp, at most one block per SM.
+  if (in.short_item_warps > 0 && chunk == kTcChunkTokens * in.short_item_warps &&
+      count_items(in, chunk / kDecodeSplitGranule) * in.num_kv_heads * in.group_chunks <= in.num_sms) {
+    plan.block_warps = in.short_item_warps;
   }
   plan.num_sms = static_cast<int32_t>(in.num_sms);
   plan.seq_work_offset.reserve(num_seqs + 1);

@@ -16,6 +16,7 @@
 namespace nibble::cuda {
 
 inline constexpr int32_t kDecodeSplitGranule = 64;  // tokens
+inline constexpr int64_t kTcChunkTokens = 16;       // a warp's chunk in the tensor-core kernel (kTcChunk)
 
 // Split sizing, measured on the H200 (2026-11-30, forced-chunk sweep of every plan at 1-32 × 1K-32K,
 // GQA 4 and 8, head_dim 128, 8 KV heads, page 64; times include the merge): bf16 and fp8 blocks
@@ -35,7 +36,16 @@ inline constexpr int64_t kDecodeMinChunkTokens = 256;   // the usual floor (Deco
 // the 16-token-step build (kTcShortItemTokens; H200, 2026-12-02): back-to-back calls then favour 8
 // items of 128 (1 x 1K 8.1 against 8.7 us, fp8 8.7; 1 x 640 7.9 against 8.5), but the whole 8B
 // batch-1 step at 1K did not (bench_model_decode, nvfp4 KV, one call: 4.138 ms/token with 16 items
-// of 64, 4.194 with 8 of 128; the merge overlaps the o GEMV there), so the rule stays. bf16 was
+// of 64, 4.194 with 8 of 128). That step's contexts are 1024 and then 1025, 1026, ...: without the
+// one-granule rule those took 256-token items (17 granules in at most 8 splits, rounded up to the
+// granule multiple), 40 blocks, which was the loss (found 2026-12-02 in the step's kernel timeline).
+// So the rule stays for formats without the short-item build, and where the build exists
+// (DecodePlanInputs::short_item_warps) the plan takes 128-token items whenever their grid fits one
+// block per SM and the other rules' items would leave half the SMs idle: H200, 2026-12-02, graph
+// replays, GQA 4, nvfp4 us (fp8 beside it) 1 x 1K 8.4 -> 7.3 (8.3), 1 x 1025 8.5 -> 8.1 (8.5), 1 x 600
+// 8.3 -> 7.1 (8.1), 1 x 2K 9.0 -> 8.7 (9.2); the 8B step (mode 9, two runs each, ms) at 512 4.167 /
+// 4.173 -> 4.160 / 4.169, 1K 4.175 / 4.181 -> 4.177 / 4.185, 1536 4.205 / 4.211 -> 4.177 / 4.185,
+// 2K 4.244 / 4.248 -> 4.245 / 4.248. bf16 was
 // 0.2-0.3 us slower at 64 (9.6 / 9.7 vs 9.3 / 9.5, 2026-11-30) in back-to-back calls, but not in the
 // model's step (next rule).
 // One wave of granules: memory-bound formats take one-granule (64-token) items when that grid fits
@@ -100,6 +110,10 @@ struct DecodePlanInputs {
   // 2 x 32K 38.2 -> 36.8.
   int64_t item_granule_multiple = 1;
   std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> long_items{};  // in order of preference
+  // The short-item build's warps per block (decode_short_item_warps; 0 = none): items of that many
+  // 16-token chunks, one per warp, on a grid of at most one block per SM run it
+  // (DecodeSplitPlan::block_warps), and the issue-bound formats' one-granule rule gives way to it.
+  int32_t short_item_warps = 0;
   int64_t force_chunk_tokens = 0;  // > 0: use this chunk size (a multiple of the granule); tests
 };
 
@@ -109,7 +123,8 @@ struct DecodeSplitPlan {
   int32_t max_splits = 1;     // most items of one sequence; 1 = no reduce kernel needed
   int32_t chunk_tokens = 0;   // the chunk length used (multiple of kDecodeSplitGranule)
   int32_t num_sms = 0;        // the SMs it was sized for (DecodePlanInputs::num_sms)
-  int32_t block_warps = 0;    // the long-item build it is for (DecodeLongItemBuild::warps), forced chunks too; 0 = none
+  int32_t block_warps = 0;    // the long- or short-item build it is for (DecodeLongItemBuild::warps,
+                              // DecodePlanInputs::short_item_warps), forced chunks too; 0 = none
   // The device copy is one int32 array (packed()), laid out as
   //   [work_seq: num_work][work_begin: num_work][work_end: num_work][seq_work_offset: num_seqs + 1]
   std::vector<int32_t> work_seq;         // [num_work] sequence of each item

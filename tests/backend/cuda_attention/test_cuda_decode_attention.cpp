@@ -60,6 +60,10 @@ struct RunSpec {
   // >= 0: the plan is offered only that one of the format's long-item builds (decode_long_item_builds),
   // so that small runs reach the 8-warp one too; -1: all of them, as the engine.
   int only_long_build = -1;
+  // The plan is offered the format's short-item build (decode_short_item_warps: 8-warp blocks, one
+  // 16-token chunk per warp, for 128-token items on a grid of one block per SM), as the engine; off:
+  // those items run 4-warp blocks, two chunks per warp.
+  bool short_item_build = true;
   float g_k = 0.8f;
   float g_v = 1.3f;
   uint32_t seed = 7;
@@ -279,6 +283,9 @@ void run_and_compare(const RunSpec& r) {
                                                      .group_chunks = decode_group_chunks(num_q_heads, r.kv_heads),
                                                      .num_sms = test::device_sm_count(),
                                                      .long_items = long_builds,
+                                                     .short_item_warps = r.short_item_build
+                                                                             ? decode_short_item_warps(kl.format, vl.format, d)
+                                                                             : 0,
                                                      .force_chunk_tokens = chunk});
     const DeviceBuffer d_plan = DeviceBuffer::from(plan.packed());
     DeviceBuffer partial_out(std::max<int64_t>(1, decode_partial_out_floats(plan, num_q_heads, d)) * sizeof(float));
@@ -504,6 +511,26 @@ TEST(CudaDecodeNvfp4Steps, LongItemBuildsMatchTheOracle) {
                          .page_size = 16, .seq_lens = {8197, 4096, 33}, .chunk_variants = {4096},
                          .only_long_build = build});
         if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// 128-token items at the shortest contexts (few blocks) run in 8-warp blocks, one 16-token chunk per
+// warp (the short-item build, with the plan's own items too: 1000 tokens), or, not offered it, in
+// 4-warp blocks of two chunks per warp; grouped heads in one and two head chunks, rotation, lengths
+// of 1 token, mid-chunk and mid-item. Small enough for compute-sanitizer (scripts/gpu_check.sh).
+TEST(CudaDecodeNvfp4Steps, ShortItemBuildMatchesTheOracle) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (int head_dim : {64, 128}) {
+    for (int group : {1, 4, 12}) {
+      for (const bool short_items : {true, false}) {
+        for (const Rotation rotation : {Rotation::kNone, Rotation::kHadamard}) {
+          run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = head_dim, .kv_heads = 2, .group = group,
+                           .page_size = 16, .seq_lens = {1000, 1, 129, 40}, .rotation = rotation,
+                           .chunk_variants = {0, 128}, .short_item_build = short_items});
+          if (HasFailure()) return;
+        }
       }
     }
   }

@@ -202,8 +202,8 @@ TEST(DecodeSplitPlan, MixedLengthsAndForcedChunks) {
 }
 
 // The format's plan inputs (decode_plan_format_inputs, as the engine and the benchmark make them):
-// nvfp4 at head_dim 64 stops at 128-token items where head_dim 128 goes on to 64 (1 x 1K) or stays
-// at 256 (1 x 4K); batches that fill the SMs keep their items.
+// nvfp4 at head_dim 64 and 128 splits 1 x 1K into 128-token items on the short-item build (8 warps,
+// one chunk each), head_dim 128 stays at 256 at 1 x 4K; batches that fill the SMs keep their items.
 TEST(DecodeSplitPlan, Nvfp4AtHeadDim64SplitsShortContextsInto128TokenItems) {
   using quant::ElemFormat;
   EXPECT_EQ(decode_min_chunk_tokens(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 64), 128);
@@ -216,17 +216,25 @@ TEST(DecodeSplitPlan, Nvfp4AtHeadDim64SplitsShortContextsInto128TokenItems) {
     EXPECT_EQ(in.item_granule_multiple, decode_item_granules(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim));
     EXPECT_EQ(in.min_chunk_tokens, decode_min_chunk_tokens(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim));
     EXPECT_EQ(in.long_items[0].warps, head_dim <= 128 ? 16 : 0);
+    EXPECT_EQ(in.short_item_warps, head_dim <= 128 ? 8 : 0);
+    EXPECT_EQ(in.short_item_warps, decode_short_item_warps(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim));
     EXPECT_EQ(in.force_chunk_tokens, 0);
   }
+  EXPECT_EQ(decode_short_item_warps(ElemFormat::kFP8, ElemFormat::kFP8, 128), 0);
+  EXPECT_EQ(decode_short_item_warps(ElemFormat::kBF16, ElemFormat::kBF16, 64), 0);
   struct Case {
     int32_t batch, ctx;
     int32_t d64, d128;  // chunk tokens
+    int32_t block_warps;  // both head_dims
   };
   const Case cases[] = {
-      {1, 1024, 128, 64},    // H200, d64: 8.0 us with 64-token items, 7.3 with 128 (fp8 7.9)
-      {1, 4096, 128, 256},   // 10.2 with 256, 9.5 with 128 (fp8 9.9)
-      {8, 1024, 256, 256},   // 9.9 with 256, 11.1 with 128
-      {1, 32768, 1024, 1024},
+      {1, 1024, 128, 128, 8},    // H200, d64: 8.0 us with 64-token items, 7.3 with 128 (fp8 7.9)
+      {1, 1025, 128, 128, 8},    // 9 items; before the short-item rule 256-token items at both
+      {1, 2048, 128, 128, 8},    // 128 blocks
+      {1, 2049, 256, 256, 0},    // 17 items of 128 would be 136 blocks
+      {1, 4096, 128, 256, 0},    // 10.2 with 256, 9.5 with 128 (fp8 9.9); d64: 256 blocks
+      {8, 1024, 256, 256, 0},    // 9.9 with 256, 11.1 with 128
+      {1, 32768, 1024, 1024, 0},
   };
   for (const Case& c : cases) {
     const std::vector<int32_t> lens(c.batch, c.ctx);
@@ -238,6 +246,7 @@ TEST(DecodeSplitPlan, Nvfp4AtHeadDim64SplitsShortContextsInto128TokenItems) {
       const auto plan = plan_decode_splits(in);
       expect_covers(plan, lens);
       EXPECT_EQ(plan.chunk_tokens, head_dim == 64 ? c.d64 : c.d128) << c.batch << " x " << c.ctx << " d" << head_dim;
+      EXPECT_EQ(plan.block_warps, c.block_warps) << c.batch << " x " << c.ctx << " d" << head_dim;
     }
   }
 }
@@ -278,6 +287,35 @@ TEST(DecodeSplitPlan, RejectsBadInput) {
                           .long_items = {{{.warps = 8, .blocks_per_sm = 2, .item_granule_multiple = 0}}}}),
       Error);
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .long_items = {{{.warps = -1}}}}), Error);
+  EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .short_item_warps = -1}), Error);
+}
+
+// The short-item build takes items of one 16-token chunk per warp (128 tokens at 8 warps) on a grid
+// of at most one block per SM, forced chunks too; 64-token items, longer ones and bigger grids keep
+// the 4-warp blocks.
+TEST(DecodeSplitPlan, ShortItemBuildOnItsItemsAtOneBlockPerSm) {
+  auto plan_of = [](const std::vector<int32_t>& lens, int64_t chunk, int32_t warps) {
+    const auto plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132,
+                                          .short_item_warps = warps, .force_chunk_tokens = chunk});
+    expect_covers(plan, lens);
+    return plan;
+  };
+  const std::vector<int32_t> one = {1024}, two = {1024, 1024}, three = {1024, 1024, 1024};
+  EXPECT_EQ(plan_of(one, 128, 8).block_warps, 8);    // 64 blocks
+  EXPECT_EQ(plan_of(two, 128, 8).block_warps, 8);    // 128 blocks
+  EXPECT_EQ(plan_of(three, 128, 8).block_warps, 0);  // 192 blocks: more than one per SM
+  EXPECT_EQ(plan_of(one, 64, 8).block_warps, 0);
+  EXPECT_EQ(plan_of(one, 256, 8).block_warps, 0);
+  EXPECT_EQ(plan_of(one, 128, 0).block_warps, 0);
+  // The heuristic: 1 x 1K takes 128-token items with the build, one-granule items without it.
+  const auto with = plan_decode_splits({.seq_lens = one, .num_kv_heads = 8, .num_sms = 132, .blocks_per_sm = 4,
+                                        .short_item_warps = 8});
+  const auto without =
+      plan_decode_splits({.seq_lens = one, .num_kv_heads = 8, .num_sms = 132, .blocks_per_sm = 4});
+  EXPECT_EQ(with.chunk_tokens, 128);
+  EXPECT_EQ(with.block_warps, 8);
+  EXPECT_EQ(without.chunk_tokens, 64);
+  EXPECT_EQ(without.block_warps, 0);
 }
 
 }  // namespace
