@@ -147,6 +147,22 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
         2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
       cg = short_granules;
     }
+    // Formats with the short-item build (its 16-token steps run short items well on any block count):
+    // short items (< kDecodeLongItemTokens) that leave some SM without a block are cut to the shortest
+    // whose grid still fits 2 blocks per SM. The rules above let neighbouring contexts jump between
+    // item sizes: 1 x 2049 took 9 items of 256 tokens (72 blocks) and 1 x 4000 11 of 384 (88), where
+    // 128-token items run in 9.0 and 9.9 us against 9.8 and 11.2 (fp8's plan 9.2 and 11.1; H200,
+    // 2026-12-02, graph replays, GQA 4, forced chunks).
+    const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
+    if (in.short_item_warps > 0 && short_granules >= 1 && cg * kDecodeSplitGranule < kDecodeLongItemTokens &&
+        count_items(in, cg) * blocks_per_item <= in.num_sms) {
+      for (int64_t g = short_granules; g < cg; g += short_granules) {
+        if (count_items(in, g) * blocks_per_item <= kDecodeMemoryBoundBlocksPerSm * in.num_sms) {
+          cg = g;
+          break;
+        }
+      }
+    }
     chunk = cg * kDecodeSplitGranule;
   }
 

@@ -203,7 +203,8 @@ TEST(DecodeSplitPlan, MixedLengthsAndForcedChunks) {
 
 // The format's plan inputs (decode_plan_format_inputs, as the engine and the benchmark make them):
 // nvfp4 at head_dim 64 and 128 splits 1 x 1K into 128-token items on the short-item build (8 warps,
-// one chunk each), head_dim 128 stays at 256 at 1 x 4K; batches that fill the SMs keep their items.
+// one chunk each), and short contexts up to 1 x 4224 into 128-token items on up to 2 blocks per SM;
+// batches that fill the SMs keep their items.
 TEST(DecodeSplitPlan, Nvfp4AtHeadDim64SplitsShortContextsInto128TokenItems) {
   using quant::ElemFormat;
   EXPECT_EQ(decode_min_chunk_tokens(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 64), 128);
@@ -231,8 +232,10 @@ TEST(DecodeSplitPlan, Nvfp4AtHeadDim64SplitsShortContextsInto128TokenItems) {
       {1, 1024, 128, 128, 8},    // H200, d64: 8.0 us with 64-token items, 7.3 with 128 (fp8 7.9)
       {1, 1025, 128, 128, 8},    // 9 items; before the short-item rule 256-token items at both
       {1, 2048, 128, 128, 8},    // 128 blocks
-      {1, 2049, 256, 256, 0},    // 17 items of 128 would be 136 blocks
-      {1, 4096, 128, 256, 0},    // 10.2 with 256, 9.5 with 128 (fp8 9.9); d64: 256 blocks
+      {1, 2049, 128, 128, 0},    // 136 blocks: the 4-warp blocks (the heuristic alone: 9 of 256)
+      {1, 4000, 128, 128, 0},    // 256 blocks (the heuristic alone: 11 of 384)
+      {1, 4225, 256, 256, 0},    // 34 items of 128 would be 272 blocks
+      {1, 4096, 128, 128, 0},    // 256 blocks; d64: 10.2 with 256, 9.5 with 128 (fp8 9.9)
       {8, 1024, 256, 256, 0},    // 9.9 with 256, 11.1 with 128
       {1, 32768, 1024, 1024, 0},
   };
