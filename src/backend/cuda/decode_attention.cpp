@@ -204,9 +204,13 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   launch.tc_few_blocks = detail::tc_steps(kf, vf, static_cast<int>(head_dim)) == 2 &&
                         plan.chunk_tokens < kDecodeLongItemTokens &&
                         static_cast<int64_t>(launch.grid_tc.x) <= int64_t{detail::kTcFewBlocksPerSm} * plan.num_sms;
+  // The short-item build (16-token steps in 8-warp blocks) on the items the plan sized for it
+  // (plan_decode_splits: one or two chunks per warp), 256-token ones included.
+  const bool short_item_build =
+      plan.block_warps == detail::kTcWideWarps && launch.tc_few_blocks &&
+      plan.chunk_tokens <= kDecodeShortItemRounds * detail::kTcChunk * detail::kTcWideWarps;
+  if (short_item_build) launch.tc_steps = 1;
   const bool long_item_build = plan.block_warps > 0 && launch.tc_steps == 2 && !launch.tc_few_blocks;
-  const bool short_item_build = plan.block_warps == detail::kTcWideWarps && launch.tc_steps == 1 &&
-                                launch.tc_few_blocks && plan.chunk_tokens == detail::kTcChunk * detail::kTcWideWarps;
   launch.tc_warps = long_item_build || short_item_build ? plan.block_warps : detail::kTcWarps;
   launch.tc_one_p = vf == ElemFormat::kNVFP4 && !p.exact_p;
   if (p.spread_blocks &&

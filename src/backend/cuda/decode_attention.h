@@ -102,8 +102,9 @@ std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(q
                                                                                int64_t head_dim);
 
 // The short-item build's warps per block (DecodePlanInputs::short_item_warps): kTcWideWarps (8) for
-// nvfp4 at head_dim 64 and 128, whose 128-token items then run one 16-token chunk per warp on one
-// block per SM (instead of two chunks per warp in 4-warp blocks, or 64-token items); 0 for every other.
+// nvfp4 at head_dim 64 and 128, whose 128- and 256-token items then run one or two 16-token chunks per
+// warp on one block per SM (instead of two or four chunks per warp in 4-warp blocks, or 64-token
+// items); 0 for every other.
 int32_t decode_short_item_warps(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
 // The shortest item the split plan makes before its idle-SM rules (DecodePlanInputs::min_chunk_tokens):

@@ -21,11 +21,30 @@ namespace {
 
 int64_t granules_of(int64_t tokens) { return (tokens + kDecodeSplitGranule - 1) / kDecodeSplitGranule; }
 
+// Items of one sequence of `len` tokens with chunks of `chunk_tokens`; a last item of at most
+// `tail_tokens` joins the one before it (short-item builds, decode_plan.h).
+int64_t items_of(int64_t len, int64_t chunk_tokens, int64_t tail_tokens) {
+  const int64_t items = (len + chunk_tokens - 1) / chunk_tokens;
+  return items > 1 && len - (items - 1) * chunk_tokens <= tail_tokens ? items - 1 : items;
+}
+
 // Work items of the batch with chunks of `chunk_granules`.
-int64_t count_items(const DecodePlanInputs& in, int64_t chunk_granules) {
+int64_t count_items(const DecodePlanInputs& in, int64_t chunk_granules, int64_t tail_tokens = 0) {
   int64_t items = 0;
-  for (int32_t len : in.seq_lens) items += (granules_of(len) + chunk_granules - 1) / chunk_granules;
+  for (int32_t len : in.seq_lens) items += items_of(len, chunk_granules * kDecodeSplitGranule, tail_tokens);
   return items;
+}
+
+// Whether a plan of `chunk_tokens` runs the short-item build: 128 to 256 tokens (one or two 16-token
+// chunks per warp of its 8), a tail of one chunk joined to the item before it, on a grid of at most
+// one block per SM.
+bool short_build_fits(const DecodePlanInputs& in, int64_t chunk_tokens) {
+  const int64_t warp_round = kTcChunkTokens * in.short_item_warps;
+  if (in.short_item_warps <= 0 || chunk_tokens < warp_round || chunk_tokens > kDecodeShortItemRounds * warp_round) {
+    return false;
+  }
+  const int64_t items = count_items(in, chunk_tokens / kDecodeSplitGranule, kDecodeShortItemTailTokens);
+  return items * in.num_kv_heads * in.group_chunks <= in.num_sms;
 }
 
 // Flash-decoding split sized by wave efficiency: with S = num_sms · blocks_per_sm slots, a grid of B
@@ -104,11 +123,10 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     // A short batch whose finest split still leaves more than half the SMs without a block: halve the
     // floor once (1 × 1K: 8 items of 128 tokens, 11.0 µs, against 4 of 256, 11.9 µs, every format).
     const int64_t idle_granules = kDecodeIdleChunkTokens / kDecodeSplitGranule;
-    // The short-item build's items (one 16-token chunk per warp: 128 tokens at 8 warps), when their grid
-    // fits one block per SM.
+    // The short-item build's one-round items (one 16-token chunk per warp: 128 tokens at 8 warps), when
+    // their grid fits one block per SM.
     const int64_t short_granules = kTcChunkTokens * in.short_item_warps / kDecodeSplitGranule;
-    const bool short_items_fit = in.short_item_warps > 0 && short_granules >= 1 &&
-                                 count_items(in, short_granules) * in.num_kv_heads * in.group_chunks <= in.num_sms;
+    const bool short_items_fit = short_granules >= 1 && short_build_fits(in, short_granules * kDecodeSplitGranule);
     if (min_granules > idle_granules &&
         2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
       min_granules = idle_granules;
@@ -163,6 +181,22 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
         }
       }
     }
+    // The short-item build's two-round items (256 tokens at 8 warps, kDecodeShortItemRounds) where they
+    // fit it and either leave every sequence one item (no merge) or the one-round items would fill more
+    // than 3/4 of the SMs (or not fit the build at all). H200, 2026-12-02, graph replays, GQA 4, nvfp4
+    // us with 128- / 256-token items (fp8's plan beside them): 1 x 256 6.5 / 5.6 (6.6), 1 x 2048
+    // 8.6 / 8.1 (9.2), 1 x 3000 9.5 / 9.0 (10.8), 2 x 2048 9.7 / 8.9 (9.8), 8 x 257 8.1 / 6.6 (8.8);
+    // fewer blocks lose below that: 1 x 1024 7.3 / 7.8, 2 x 512 7.0 / 7.6, 1 x 768 7.2 / 7.7, and
+    // 1 x 1536 (96 blocks of 128) 8.2 / 8.0.
+    if (in.short_item_warps > 0 && cg * kDecodeSplitGranule < kDecodeLongItemTokens) {
+      const int64_t round_granules = short_granules, two_granules = kDecodeShortItemRounds * short_granules;
+      const int64_t two_items = count_items(in, two_granules, kDecodeShortItemTailTokens);
+      if (round_granules >= 1 && short_build_fits(in, two_granules * kDecodeSplitGranule) &&
+          (two_items == num_seqs ||
+           4 * count_items(in, round_granules, kDecodeShortItemTailTokens) * blocks_per_item > 3 * in.num_sms)) {
+        cg = two_granules;
+      }
+    }
     chunk = cg * kDecodeSplitGranule;
   }
 
@@ -178,22 +212,25 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       break;
     }
   }
-  // The short-item build: one 16-token chunk per warp, at most one block per SM.
-  if (in.short_item_warps > 0 && chunk == kTcChunkTokens * in.short_item_warps &&
-      count_items(in, chunk / kDecodeSplitGranule) * in.num_kv_heads * in.group_chunks <= in.num_sms) {
+  // The short-item build: one or two 16-token chunks per warp, at most one block per SM; its
+  // sequences' tails of one chunk join the item before them.
+  int64_t tail_tokens = 0;
+  if (short_build_fits(in, chunk)) {
     plan.block_warps = in.short_item_warps;
+    tail_tokens = kDecodeShortItemTailTokens;
   }
   plan.num_sms = static_cast<int32_t>(in.num_sms);
   plan.seq_work_offset.reserve(num_seqs + 1);
   for (int64_t s = 0; s < num_seqs; ++s) {
     plan.seq_work_offset.push_back(static_cast<int32_t>(plan.work_seq.size()));
     const int64_t len = in.seq_lens[s];
-    int32_t splits = 0;
-    for (int64_t begin = 0; begin < len; begin += chunk, ++splits) {
+    const int64_t items = items_of(len, chunk, tail_tokens);
+    for (int64_t i = 0; i < items; ++i) {
       plan.work_seq.push_back(static_cast<int32_t>(s));
-      plan.work_begin.push_back(static_cast<int32_t>(begin));
-      plan.work_end.push_back(static_cast<int32_t>(std::min(len, begin + chunk)));
+      plan.work_begin.push_back(static_cast<int32_t>(i * chunk));
+      plan.work_end.push_back(static_cast<int32_t>(i + 1 < items ? (i + 1) * chunk : len));
     }
+    const auto splits = static_cast<int32_t>(items);
     plan.max_splits = std::max(plan.max_splits, splits);
   }
   plan.seq_work_offset.push_back(static_cast<int32_t>(plan.work_seq.size()));

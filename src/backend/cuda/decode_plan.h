@@ -7,7 +7,9 @@
 // thread block per (work item, KV head, group chunk of <= 8 query heads). A sequence split into
 // n > 1 items writes n partial outputs plus their log-sum-exp, merged by the reduce kernel; a
 // sequence of one item writes its output directly. Chunk boundaries are multiples of
-// kDecodeSplitGranule tokens (a multiple of every kernel tile), so tiles never straddle two items.
+// kDecodeSplitGranule tokens (a multiple of every kernel tile), so tiles never straddle two items;
+// every item is one chunk long but a sequence's last, which is shorter, or on the short-item build up
+// to kDecodeShortItemTailTokens longer.
 #include <cstdint>
 #include <array>
 #include <span>
@@ -77,6 +79,14 @@ inline constexpr int64_t kDecodeMinChunkTokens = 256;   // the usual floor (Deco
 // head_dim 64 (nvfp4, the same builds since 2026-12-01) keeps these thresholds: the 8-warp build on
 // several waves of >= 4096-token items, or the 16-warp one of >= 16384, lost there too (graph
 // replays, 8 KV heads, GQA 4, us: 4K x 128 100.4 -> 108.2, 16K x 128 362.3 -> 365.2 / 398.9).
+// The short-item build (DecodePlanInputs::short_item_warps) runs items of up to this many rounds of
+// its warps' 16-token chunks (256 tokens at 8 warps); a sequence's last item of at most
+// kDecodeShortItemTailTokens joins the item before it, whose last warp then takes one chunk more
+// (2 x 1025 at 8 KV heads: 16 items of 128 tokens, 128 blocks, instead of 18 with a 1-token item
+// each, whose 144 blocks leave the build for 4-warp blocks).
+inline constexpr int64_t kDecodeShortItemRounds = 2;
+inline constexpr int64_t kDecodeShortItemTailTokens = kTcChunkTokens;
+
 inline constexpr int64_t kDecodeWideItemTokens = 4096;
 inline constexpr int64_t kDecodeWideManyWavesTokens = 32768;     // the 8-warp build
 inline constexpr int64_t kDecodeSmBlockManyWavesTokens = 65536;  // the 16-warp build
@@ -110,9 +120,10 @@ struct DecodePlanInputs {
   // 2 x 32K 38.2 -> 36.8.
   int64_t item_granule_multiple = 1;
   std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> long_items{};  // in order of preference
-  // The short-item build's warps per block (decode_short_item_warps; 0 = none): items of that many
-  // 16-token chunks, one per warp, on a grid of at most one block per SM run it
-  // (DecodeSplitPlan::block_warps), and the issue-bound formats' one-granule rule gives way to it.
+  // The short-item build's warps per block (decode_short_item_warps; 0 = none): items of one or two
+  // rounds of 16-token chunks over its warps (kDecodeShortItemRounds) on a grid of at most one block
+  // per SM run it (DecodeSplitPlan::block_warps), and the issue-bound formats' one-granule rule gives
+  // way to its one-round items.
   int32_t short_item_warps = 0;
   int64_t force_chunk_tokens = 0;  // > 0: use this chunk size (a multiple of the granule); tests
 };
@@ -121,7 +132,7 @@ struct DecodeSplitPlan {
   int32_t num_seqs = 0;
   int32_t num_work = 0;
   int32_t max_splits = 1;     // most items of one sequence; 1 = no reduce kernel needed
-  int32_t chunk_tokens = 0;   // the chunk length used (multiple of kDecodeSplitGranule)
+  int32_t chunk_tokens = 0;   // the chunk length used (multiple of kDecodeSplitGranule; items above)
   int32_t num_sms = 0;        // the SMs it was sized for (DecodePlanInputs::num_sms)
   int32_t block_warps = 0;    // the long- or short-item build it is for (DecodeLongItemBuild::warps,
                               // DecodePlanInputs::short_item_warps), forced chunks too; 0 = none

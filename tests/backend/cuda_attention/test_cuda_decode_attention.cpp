@@ -516,10 +516,13 @@ TEST(CudaDecodeNvfp4Steps, LongItemBuildsMatchTheOracle) {
   }
 }
 
-// 128-token items at the shortest contexts (few blocks) run in 8-warp blocks, one 16-token chunk per
-// warp (the short-item build, with the plan's own items too: 1000 tokens), or, not offered it, in
-// 4-warp blocks of two chunks per warp; grouped heads in one and two head chunks, rotation, lengths
-// of 1 token, mid-chunk and mid-item. Small enough for compute-sanitizer (scripts/gpu_check.sh).
+// 128- and 256-token items at the shortest contexts (few blocks) run in 8-warp blocks, one or two
+// 16-token chunks per warp (the short-item build, with the plan's own items too: 1000 tokens), a
+// sequence's last chunk of up to 16 tokens joined to the item before it (129 tokens: one item, its
+// first warp taking two chunks; 1025 at 256: a last item of 257, three chunks for one warp), or, not
+// offered it, in 4-warp blocks of two chunks per warp; grouped heads in one and two head chunks,
+// rotation, lengths of 1 token, mid-chunk and mid-item. Small enough for compute-sanitizer
+// (scripts/gpu_check.sh).
 TEST(CudaDecodeNvfp4Steps, ShortItemBuildMatchesTheOracle) {
   NIBBLE_SKIP_WITHOUT_GPU();
   for (int head_dim : {64, 128}) {
@@ -527,8 +530,8 @@ TEST(CudaDecodeNvfp4Steps, ShortItemBuildMatchesTheOracle) {
       for (const bool short_items : {true, false}) {
         for (const Rotation rotation : {Rotation::kNone, Rotation::kHadamard}) {
           run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = head_dim, .kv_heads = 2, .group = group,
-                           .page_size = 16, .seq_lens = {1000, 1, 129, 40}, .rotation = rotation,
-                           .chunk_variants = {0, 128}, .short_item_build = short_items});
+                           .page_size = 16, .seq_lens = {1000, 1, 129, 40, 1025, 272}, .rotation = rotation,
+                           .chunk_variants = {0, 128, 256}, .short_item_build = short_items});
           if (HasFailure()) return;
         }
       }

@@ -202,10 +202,12 @@ TEST(DecodeSplitPlan, MixedLengthsAndForcedChunks) {
 }
 
 // The format's plan inputs (decode_plan_format_inputs, as the engine and the benchmark make them):
-// nvfp4 at head_dim 64 and 128 splits 1 x 1K into 128-token items on the short-item build (8 warps,
-// one chunk each), and short contexts up to 1 x 4224 into 128-token items on up to 2 blocks per SM;
-// batches that fill the SMs keep their items.
-TEST(DecodeSplitPlan, Nvfp4AtHeadDim64SplitsShortContextsInto128TokenItems) {
+// nvfp4 at head_dim 64 and 128 splits short contexts into items of the short-item build (8 warps):
+// 128 tokens (one chunk per warp) while those leave a quarter of the SMs idle, else 256 (two), or one
+// 256-token item per sequence where that is all there is; where 256-token items no longer fit one
+// block per SM, 128-token items on up to 2 blocks per SM (4-warp blocks); batches that fill the SMs
+// keep their items.
+TEST(DecodeSplitPlan, Nvfp4ShortContextsTakeTheShortItemBuild) {
   using quant::ElemFormat;
   EXPECT_EQ(decode_min_chunk_tokens(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 64), 128);
   EXPECT_EQ(decode_min_chunk_tokens(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 128), kDecodeMinChunkTokens);
@@ -229,13 +231,19 @@ TEST(DecodeSplitPlan, Nvfp4AtHeadDim64SplitsShortContextsInto128TokenItems) {
     int32_t block_warps;  // both head_dims
   };
   const Case cases[] = {
-      {1, 1024, 128, 128, 8},    // H200, d64: 8.0 us with 64-token items, 7.3 with 128 (fp8 7.9)
-      {1, 1025, 128, 128, 8},    // 9 items; before the short-item rule 256-token items at both
-      {1, 2048, 128, 128, 8},    // 128 blocks
-      {1, 2049, 128, 128, 0},    // 136 blocks: the 4-warp blocks (the heuristic alone: 9 of 256)
-      {1, 4000, 128, 128, 0},    // 256 blocks (the heuristic alone: 11 of 384)
-      {1, 4225, 256, 256, 0},    // 34 items of 128 would be 272 blocks
-      {1, 4096, 128, 128, 0},    // 256 blocks; d64: 10.2 with 256, 9.5 with 128 (fp8 9.9)
+      {1, 256, 256, 256, 8},     // one item: H200, d128 5.6 us against 6.5 with two of 128 (fp8 6.6)
+      {1, 512, 128, 128, 8},     // 32 blocks; 256-token items (16) 7.3 us against 6.8
+      {1, 1024, 128, 128, 8},    // 64 blocks; d128 7.8 with 256, 7.3 with 128; d64: 8.0 with 64, 7.3 with 128 (fp8 7.9)
+      {1, 1025, 128, 128, 8},    // the last token joins item 8: 64 blocks (9 items before)
+      {1, 1536, 128, 128, 8},    // 96 blocks: under 3/4 of the SMs
+      {1, 2048, 256, 256, 8},    // 128 blocks at 128 tokens: 64 of 256 instead, 8.1 against 8.6 us
+      {1, 2049, 256, 256, 8},    // the last token joins item 8 (17 items of 128 had been 4-warp blocks)
+      {2, 1025, 256, 256, 8},    // 8 items, 64 blocks (18 items of 128 with 1-token ones: 144, 4-warp)
+      {1, 3000, 256, 256, 8},    // 96 blocks; 24 items of 128 are 192 4-warp blocks, 9.5 against 9.0 us
+      {1, 4000, 256, 256, 8},    // 128 blocks (the heuristic alone: 11 of 384)
+      {1, 4096, 256, 256, 8},    // d128 9.7 against 9.9 with 32 items of 128; d64 8.7 against 8.8
+      {1, 4225, 256, 256, 0},    // 17 items of 256: 136 blocks, 4-warp blocks
+      {8, 257, 256, 256, 8},     // one item per sequence: 6.6 against 8.1 us with two
       {8, 1024, 256, 256, 0},    // 9.9 with 256, 11.1 with 128
       {1, 32768, 1024, 1024, 0},
   };
@@ -293,9 +301,10 @@ TEST(DecodeSplitPlan, RejectsBadInput) {
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .short_item_warps = -1}), Error);
 }
 
-// The short-item build takes items of one 16-token chunk per warp (128 tokens at 8 warps) on a grid
-// of at most one block per SM, forced chunks too; 64-token items, longer ones and bigger grids keep
-// the 4-warp blocks.
+// The short-item build takes items of one or two 16-token chunks per warp (128 to 256 tokens at 8
+// warps) on a grid of at most one block per SM, forced chunks too; 64-token items, longer ones and
+// bigger grids keep the 4-warp blocks. On it a sequence's last item of at most one chunk joins the one
+// before it.
 TEST(DecodeSplitPlan, ShortItemBuildOnItsItemsAtOneBlockPerSm) {
   auto plan_of = [](const std::vector<int32_t>& lens, int64_t chunk, int32_t warps) {
     const auto plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132,
@@ -308,8 +317,29 @@ TEST(DecodeSplitPlan, ShortItemBuildOnItsItemsAtOneBlockPerSm) {
   EXPECT_EQ(plan_of(two, 128, 8).block_warps, 8);    // 128 blocks
   EXPECT_EQ(plan_of(three, 128, 8).block_warps, 0);  // 192 blocks: more than one per SM
   EXPECT_EQ(plan_of(one, 64, 8).block_warps, 0);
-  EXPECT_EQ(plan_of(one, 256, 8).block_warps, 0);
+  EXPECT_EQ(plan_of(one, 192, 8).block_warps, 8);    // 6 items: 5 of 192 tokens and 64
+  EXPECT_EQ(plan_of(one, 256, 8).block_warps, 8);    // two chunks per warp
+  EXPECT_EQ(plan_of(one, 320, 8).block_warps, 0);    // three for some
   EXPECT_EQ(plan_of(one, 128, 0).block_warps, 0);
+  // Tails: 2 x 1025 in items of 128 would be 18 items, 144 blocks, two of them for one token each.
+  const std::vector<int32_t> tails = {1025, 1040, 1041};
+  const auto joined = plan_of({1025, 1025}, 128, 8);
+  EXPECT_EQ(joined.block_warps, 8);
+  EXPECT_EQ(joined.num_work, 16);
+  EXPECT_EQ(joined.work_begin[7], 896);
+  EXPECT_EQ(joined.work_end[7], 1025);
+  const auto some = plan_of(tails, 128, 8);  // 8 + 8 + 9 items: 200 blocks, the 4-warp build
+  EXPECT_EQ(some.block_warps, 0);
+  EXPECT_EQ(some.num_work, 27);               // no tail joined off the build
+  const auto one_kv = plan_decode_splits(
+      {.seq_lens = tails, .num_kv_heads = 4, .num_sms = 132, .short_item_warps = 8, .force_chunk_tokens = 128});
+  expect_covers(one_kv, tails);
+  EXPECT_EQ(one_kv.block_warps, 8);  // 25 items, 100 blocks
+  EXPECT_EQ(one_kv.num_work, 8 + 8 + 9);
+  EXPECT_EQ(one_kv.work_end[15], 1040);  // 16 tokens past 1024: joined
+  EXPECT_EQ(one_kv.work_end[16], 128);
+  EXPECT_EQ(one_kv.work_begin[24], 1024);  // 17: an item of its own
+  EXPECT_EQ(plan_of({1025}, 256, 8).work_end.back() - plan_of({1025}, 256, 8).work_begin.back(), 257);
   // The heuristic: 1 x 1K takes 128-token items with the build, one-granule items without it.
   const auto with = plan_decode_splits({.seq_lens = one, .num_kv_heads = 8, .num_sms = 132, .blocks_per_sm = 4,
                                         .short_item_warps = 8});
