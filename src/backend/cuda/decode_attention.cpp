@@ -65,6 +65,11 @@ int32_t decode_short_item_warps(quant::ElemFormat k_format, quant::ElemFormat v_
   return detail::tc_steps(k_format, v_format, static_cast<int>(head_dim)) == 2 ? detail::kTcWideWarps : 0;
 }
 
+int64_t decode_short_item_whole_rounds(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
+  if (decode_short_item_warps(k_format, v_format, head_dim) == 0) return 0;
+  return head_dim == 64 ? kDecodeShortItemRounds : 3;
+}
+
 int64_t decode_min_chunk_tokens(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim) {
   const bool nvfp4 = k_format == quant::ElemFormat::kNVFP4 && v_format == quant::ElemFormat::kNVFP4;
   return nvfp4 && head_dim == 64 ? kDecodeIdleChunkTokens : kDecodeMinChunkTokens;
@@ -75,7 +80,8 @@ DecodePlanInputs decode_plan_format_inputs(quant::ElemFormat k_format, quant::El
           .min_chunk_tokens = decode_min_chunk_tokens(k_format, v_format, head_dim),
           .item_granule_multiple = decode_item_granules(k_format, v_format, head_dim),
           .long_items = decode_long_item_builds(k_format, v_format, head_dim),
-          .short_item_warps = decode_short_item_warps(k_format, v_format, head_dim)};
+          .short_item_warps = decode_short_item_warps(k_format, v_format, head_dim),
+          .short_item_whole_rounds = decode_short_item_whole_rounds(k_format, v_format, head_dim)};
 }
 
 int64_t decode_partial_out_floats(const DecodeSplitPlan& plan, int64_t num_q_heads, int64_t head_dim) {

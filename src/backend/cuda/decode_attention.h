@@ -107,14 +107,21 @@ std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(q
 // items); 0 for every other.
 int32_t decode_short_item_warps(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
+// On the short-item build, the most 16-token chunks per warp of an item holding a whole sequence on any
+// grid (DecodePlanInputs::short_item_whole_rounds): 3 for nvfp4 at head_dim 128 (at batch 1-4 x 512 four
+// lose to split items: 7.2 against 6.8 us at 1 x 512 on the H200), 4 at head_dim 64, whose chunks
+// carry half the bytes (1 x 512 5.9 against 6.2); 0 without the build.
+int64_t decode_short_item_whole_rounds(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
+
 // The shortest item the split plan makes before its idle-SM rules (DecodePlanInputs::min_chunk_tokens):
 // 128 tokens for nvfp4 at head_dim 64, whose items carry half the bytes per token of head_dim 128's,
 // else the default 256 (kDecodeMinChunkTokens).
 int64_t decode_min_chunk_tokens(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
 // The split plan's inputs that depend on the KV format and head_dim (blocks_per_sm,
-// item_granule_multiple, long_items, short_item_warps, min_chunk_tokens: the five functions above); the caller adds the
-// batch's lengths, its KV heads and group chunks, and the device's SMs.
+// item_granule_multiple, long_items, short_item_warps, short_item_whole_rounds, min_chunk_tokens: the
+// six functions above); the caller adds the batch's lengths, its KV heads and group chunks, and the
+// device's SMs.
 DecodePlanInputs decode_plan_format_inputs(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
 // ceil(query heads per KV head / 8): the DecodePlanInputs::group_chunks for this geometry.

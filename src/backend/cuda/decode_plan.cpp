@@ -35,9 +35,9 @@ int64_t count_items(const DecodePlanInputs& in, int64_t chunk_granules, int64_t 
   return items;
 }
 
-// Whether a plan of `chunk_tokens` runs the short-item build: 128 to 256 tokens (one or two 16-token
-// chunks per warp of its 8), a tail of one chunk joined to the item before it, on a grid of at most
-// one block per SM.
+// Whether a plan of `chunk_tokens` runs the short-item build: 128 to 512 tokens (one to four 16-token
+// chunks per warp of its 8: kDecodeShortItemRounds), a tail of one chunk joined to the item before
+// it, on a grid of at most one block per SM.
 bool short_build_fits(const DecodePlanInputs& in, int64_t chunk_tokens) {
   const int64_t warp_round = kTcChunkTokens * in.short_item_warps;
   if (in.short_item_warps <= 0 || chunk_tokens < warp_round || chunk_tokens > kDecodeShortItemRounds * warp_round) {
@@ -91,11 +91,11 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   const int64_t num_seqs = static_cast<int64_t>(in.seq_lens.size());
   NIBBLE_CHECK(num_seqs > 0, "decode plan: the batch has no sequences");
   NIBBLE_CHECK(in.num_kv_heads > 0 && in.group_chunks > 0 && in.num_sms > 0 && in.blocks_per_sm > 0 &&
-                   in.item_granule_multiple > 0 && in.short_item_warps >= 0,
+                   in.item_granule_multiple > 0 && in.short_item_warps >= 0 && in.short_item_whole_rounds >= 0,
                "decode plan: kv_heads {}, group_chunks {}, num_sms {}, blocks_per_sm {}, item_granule_multiple {} "
-               "must all be positive (short_item_warps {} >= 0)",
+               "must all be positive (short_item_warps {}, short_item_whole_rounds {} >= 0)",
                in.num_kv_heads, in.group_chunks, in.num_sms, in.blocks_per_sm, in.item_granule_multiple,
-               in.short_item_warps);
+               in.short_item_warps, in.short_item_whole_rounds);
   for (const DecodeLongItemBuild& b : in.long_items) {
     NIBBLE_CHECK(b.warps == 0 || (b.warps > 0 && b.blocks_per_sm > 0 && b.item_granule_multiple > 0),
                  "decode plan: a long-item build of {} warps needs blocks_per_sm ({}) and item_granule_multiple "
@@ -181,20 +181,33 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
         }
       }
     }
-    // The short-item build's two-round items (256 tokens at 8 warps, kDecodeShortItemRounds) where they
-    // fit it and either leave every sequence one item (no merge) or the one-round items would fill more
-    // than 3/4 of the SMs (or not fit the build at all). H200, 2026-12-02, graph replays, GQA 4, nvfp4
-    // us with 128- / 256-token items (fp8's plan beside them): 1 x 256 6.5 / 5.6 (6.6), 1 x 2048
-    // 8.6 / 8.1 (9.2), 1 x 3000 9.5 / 9.0 (10.8), 2 x 2048 9.7 / 8.9 (9.8), 8 x 257 8.1 / 6.6 (8.8);
-    // fewer blocks lose below that: 1 x 1024 7.3 / 7.8, 2 x 512 7.0 / 7.6, 1 x 768 7.2 / 7.7, and
-    // 1 x 1536 (96 blocks of 128) 8.2 / 8.0.
-    if (in.short_item_warps > 0 && cg * kDecodeSplitGranule < kDecodeLongItemTokens) {
-      const int64_t round_granules = short_granules, two_granules = kDecodeShortItemRounds * short_granules;
-      const int64_t two_items = count_items(in, two_granules, kDecodeShortItemTailTokens);
-      if (round_granules >= 1 && short_build_fits(in, two_granules * kDecodeSplitGranule) &&
-          (two_items == num_seqs ||
-           4 * count_items(in, round_granules, kDecodeShortItemTailTokens) * blocks_per_item > 3 * in.num_sms)) {
-        cg = two_granules;
+    // The short-item build's longer items (H200, 2026-12-02, graph replays, GQA 4, nvfp4 us; fp8's
+    // plan in brackets), where the rules above leave short items:
+    //  - one item per sequence, of the fewest rounds that hold every sequence, where that grid fits
+    //    the build: no merge. Up to short_item_whole_rounds on any grid, up to kDecodeShortItemRounds on
+    //    a quarter of the SMs or more. 1 x 256 5.6 against 6.5 with 2 items of 128 (6.6), 1 x 300 6.1
+    //    against 6.7 with 3 (6.8), 8 x 257 6.6 against 8.1 (8.9), 16 x 300 7.0 and 16 x 384 7.4
+    //    against 10.0 and 10.3 with 2 4-warp items of 256 (8.4, 8.7); 4 rounds: 8 x 512 7.6 against
+    //    8.6 (9.5), 16 x 512 8.2 against 10.4 (11.5), but 1 x 512 7.2 against 6.8 (7.1), 2 x 512 7.4
+    //    against 7.1 (7.5), 4 x 512 7.6 against 7.8 (8.3). head_dim 64: 1 x 512 5.9 against 6.2 (6.2),
+    //    2 x 512 6.0 against 6.3 (6.7);
+    //  - else two-round items (256 tokens at 8 warps) where they fit and the one-round items would fill
+    //    more than 3/4 of the SMs (or not fit the build at all): 1 x 2048 8.6 -> 8.1 (9.2), 1 x 3000
+    //    9.5 -> 9.0 (10.8), 2 x 2048 9.7 -> 8.9 (9.8); fewer blocks lose below that (1 x 1024 7.3 ->
+    //    7.8, 2 x 512 7.0 -> 7.6, 1 x 768 7.2 -> 7.7; 1 x 1536, 96 blocks of 128: 8.2 -> 8.0).
+    if (in.short_item_warps > 0 && short_granules >= 1 && cg * kDecodeSplitGranule < kDecodeLongItemTokens) {
+      const int64_t round = short_granules * kDecodeSplitGranule;
+      int64_t whole = 0;  // rounds of one item per sequence, 0 = none fits
+      for (int64_t r = 1; r <= kDecodeShortItemRounds && whole == 0; ++r) {
+        const int64_t items = count_items(in, r * short_granules, kDecodeShortItemTailTokens);
+        const bool grid_ok = r <= in.short_item_whole_rounds || 4 * items * blocks_per_item >= in.num_sms;
+        if (items == num_seqs && grid_ok && short_build_fits(in, r * round)) whole = r;
+      }
+      if (whole > 0) {
+        cg = whole * short_granules;
+      } else if (short_build_fits(in, 2 * round) &&
+                 4 * count_items(in, short_granules, kDecodeShortItemTailTokens) * blocks_per_item > 3 * in.num_sms) {
+        cg = 2 * short_granules;
       }
     }
     chunk = cg * kDecodeSplitGranule;

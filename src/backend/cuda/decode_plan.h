@@ -80,11 +80,11 @@ inline constexpr int64_t kDecodeMinChunkTokens = 256;   // the usual floor (Deco
 // several waves of >= 4096-token items, or the 16-warp one of >= 16384, lost there too (graph
 // replays, 8 KV heads, GQA 4, us: 4K x 128 100.4 -> 108.2, 16K x 128 362.3 -> 365.2 / 398.9).
 // The short-item build (DecodePlanInputs::short_item_warps) runs items of up to this many rounds of
-// its warps' 16-token chunks (256 tokens at 8 warps); a sequence's last item of at most
-// kDecodeShortItemTailTokens joins the item before it, whose last warp then takes one chunk more
+// its warps' 16-token chunks (512 tokens at 8 warps); a sequence's last item of at most
+// kDecodeShortItemTailTokens joins the item before it, whose first warp then takes one chunk more
 // (2 x 1025 at 8 KV heads: 16 items of 128 tokens, 128 blocks, instead of 18 with a 1-token item
 // each, whose 144 blocks leave the build for 4-warp blocks).
-inline constexpr int64_t kDecodeShortItemRounds = 2;
+inline constexpr int64_t kDecodeShortItemRounds = 4;
 inline constexpr int64_t kDecodeShortItemTailTokens = kTcChunkTokens;
 
 inline constexpr int64_t kDecodeWideItemTokens = 4096;
@@ -125,6 +125,10 @@ struct DecodePlanInputs {
   // per SM run it (DecodeSplitPlan::block_warps), and the issue-bound formats' one-granule rule gives
   // way to its one-round items.
   int32_t short_item_warps = 0;
+  // On that build, the most rounds of an item that holds a whole sequence (no merge) on any grid
+  // (decode_short_item_whole_rounds: 3, or 4 at head_dim 64, whose items carry half the bytes); up to
+  // kDecodeShortItemRounds where that grid fills at least a quarter of the SMs.
+  int64_t short_item_whole_rounds = 3;
   int64_t force_chunk_tokens = 0;  // > 0: use this chunk size (a multiple of the granule); tests
 };
 

@@ -531,7 +531,7 @@ TEST(CudaDecodeNvfp4Steps, ShortItemBuildMatchesTheOracle) {
         for (const Rotation rotation : {Rotation::kNone, Rotation::kHadamard}) {
           run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = head_dim, .kv_heads = 2, .group = group,
                            .page_size = 16, .seq_lens = {1000, 1, 129, 40, 1025, 272}, .rotation = rotation,
-                           .chunk_variants = {0, 128, 256}, .short_item_build = short_items});
+                           .chunk_variants = {0, 128, 256, 384, 512}, .short_item_build = short_items});
           if (HasFailure()) return;
         }
       }

@@ -203,8 +203,9 @@ TEST(DecodeSplitPlan, MixedLengthsAndForcedChunks) {
 
 // The format's plan inputs (decode_plan_format_inputs, as the engine and the benchmark make them):
 // nvfp4 at head_dim 64 and 128 splits short contexts into items of the short-item build (8 warps):
-// 128 tokens (one chunk per warp) while those leave a quarter of the SMs idle, else 256 (two), or one
-// 256-token item per sequence where that is all there is; where 256-token items no longer fit one
+// one item per sequence where a few rounds of chunks hold it (3 at head_dim 128, 4 at 64 or on a
+// quarter of the SMs), else 128 tokens (one chunk per warp) while those leave a quarter of the SMs
+// idle, else 256 (two); where 256-token items no longer fit one
 // block per SM, 128-token items on up to 2 blocks per SM (4-warp blocks); batches that fill the SMs
 // keep their items.
 TEST(DecodeSplitPlan, Nvfp4ShortContextsTakeTheShortItemBuild) {
@@ -221,10 +222,12 @@ TEST(DecodeSplitPlan, Nvfp4ShortContextsTakeTheShortItemBuild) {
     EXPECT_EQ(in.long_items[0].warps, head_dim <= 128 ? 16 : 0);
     EXPECT_EQ(in.short_item_warps, head_dim <= 128 ? 8 : 0);
     EXPECT_EQ(in.short_item_warps, decode_short_item_warps(ElemFormat::kNVFP4, ElemFormat::kNVFP4, head_dim));
+    EXPECT_EQ(in.short_item_whole_rounds, head_dim == 64 ? 4 : head_dim == 128 ? 3 : 0);
     EXPECT_EQ(in.force_chunk_tokens, 0);
   }
   EXPECT_EQ(decode_short_item_warps(ElemFormat::kFP8, ElemFormat::kFP8, 128), 0);
   EXPECT_EQ(decode_short_item_warps(ElemFormat::kBF16, ElemFormat::kBF16, 64), 0);
+  EXPECT_EQ(decode_short_item_whole_rounds(ElemFormat::kFP8, ElemFormat::kFP8, 64), 0);
   struct Case {
     int32_t batch, ctx;
     int32_t d64, d128;  // chunk tokens
@@ -232,7 +235,12 @@ TEST(DecodeSplitPlan, Nvfp4ShortContextsTakeTheShortItemBuild) {
   };
   const Case cases[] = {
       {1, 256, 256, 256, 8},     // one item: H200, d128 5.6 us against 6.5 with two of 128 (fp8 6.6)
-      {1, 512, 128, 128, 8},     // 32 blocks; 256-token items (16) 7.3 us against 6.8
+      {1, 300, 384, 384, 8},     // one item of 3 rounds: 6.1 against 6.7 with 3 of 128 (fp8 6.8)
+      {1, 512, 512, 128, 8},     // d128 4 items on 32 blocks: one of 4 rounds 7.2 against 6.8; d64 5.9 against 6.2
+      {4, 512, 512, 256, 8},     // one item per sequence on 32 blocks: under a quarter of the SMs
+      {8, 512, 512, 512, 8},     // 64 blocks: 7.6 against 8.6 us with 2 4-warp items of 256
+      {16, 384, 384, 384, 8},    // 7.4 against 10.3 us
+      {16, 528, 512, 512, 8},    // 16 tokens past 512: joined
       {1, 1024, 128, 128, 8},    // 64 blocks; d128 7.8 with 256, 7.3 with 128; d64: 8.0 with 64, 7.3 with 128 (fp8 7.9)
       {1, 1025, 128, 128, 8},    // the last token joins item 8: 64 blocks (9 items before)
       {1, 1536, 128, 128, 8},    // 96 blocks: under 3/4 of the SMs
@@ -301,7 +309,7 @@ TEST(DecodeSplitPlan, RejectsBadInput) {
   EXPECT_THROW(plan_decode_splits({.seq_lens = ok, .num_kv_heads = 8, .short_item_warps = -1}), Error);
 }
 
-// The short-item build takes items of one or two 16-token chunks per warp (128 to 256 tokens at 8
+// The short-item build takes items of one to four 16-token chunks per warp (128 to 512 tokens at 8
 // warps) on a grid of at most one block per SM, forced chunks too; 64-token items, longer ones and
 // bigger grids keep the 4-warp blocks. On it a sequence's last item of at most one chunk joins the one
 // before it.
@@ -319,7 +327,9 @@ TEST(DecodeSplitPlan, ShortItemBuildOnItsItemsAtOneBlockPerSm) {
   EXPECT_EQ(plan_of(one, 64, 8).block_warps, 0);
   EXPECT_EQ(plan_of(one, 192, 8).block_warps, 8);    // 6 items: 5 of 192 tokens and 64
   EXPECT_EQ(plan_of(one, 256, 8).block_warps, 8);    // two chunks per warp
-  EXPECT_EQ(plan_of(one, 320, 8).block_warps, 0);    // three for some
+  EXPECT_EQ(plan_of(one, 320, 8).block_warps, 8);    // three for some
+  EXPECT_EQ(plan_of(one, 512, 8).block_warps, 8);    // four
+  EXPECT_EQ(plan_of(one, 576, 8).block_warps, 0);    // five for some
   EXPECT_EQ(plan_of(one, 128, 0).block_warps, 0);
   // Tails: 2 x 1025 in items of 128 would be 18 items, 144 blocks, two of them for one token each.
   const std::vector<int32_t> tails = {1025, 1040, 1041};
