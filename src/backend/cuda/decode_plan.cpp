@@ -85,6 +85,55 @@ bool wide_fits(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t
   return tokens >= kDecodeWideItemTokens && (blocks <= in.num_sms * b.blocks_per_sm || tokens >= b.many_waves_tokens);
 }
 
+// The short-item build's rules (DecodePlanInputs::short_item_warps), applied to the chunk of `cg`
+// granules that the rules for every format chose, where its items are short (< kDecodeLongItemTokens).
+// Returns the chunk in granules.
+int64_t short_build_granules(const DecodePlanInputs& in, int64_t cg) {
+  const int64_t short_granules = kTcChunkTokens * in.short_item_warps / kDecodeSplitGranule;
+  if (in.short_item_warps <= 0 || short_granules < 1 || cg * kDecodeSplitGranule >= kDecodeLongItemTokens) return cg;
+  const int64_t num_seqs = static_cast<int64_t>(in.seq_lens.size());
+  const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
+  // First, short items that leave some SM without a block are cut to the shortest multiple of a round
+  // (128 tokens at 8 warps) whose grid still fits 2 blocks per SM: the build's 16-token steps run
+  // short items well on any block count. The rules for every format let neighbouring contexts jump between
+  // item sizes: 1 x 2049 took 9 items of 256 tokens (72 blocks) and 1 x 4000 11 of 384 (88), where
+  // 128-token items run in 9.0 and 9.9 us against 9.8 and 11.2 (fp8's plan 9.2 and 11.1; H200,
+  // 2026-12-02, graph replays, GQA 4, forced chunks).
+  if (count_items(in, cg) * blocks_per_item <= in.num_sms) {
+    for (int64_t g = short_granules; g < cg; g += short_granules) {
+      if (count_items(in, g) * blocks_per_item <= kDecodeMemoryBoundBlocksPerSm * in.num_sms) {
+        cg = g;
+        break;
+      }
+    }
+  }
+  // Then the build's longer items (H200, 2026-12-02, graph replays, GQA 4, nvfp4 us; fp8's plan in
+  // brackets):
+  //  - one item per sequence, of the fewest rounds that hold every sequence, where that grid fits
+  //    the build: no merge. Up to short_item_whole_rounds on any grid, up to kDecodeShortItemRounds on
+  //    a quarter of the SMs or more. 1 x 256 5.6 against 6.5 with 2 items of 128 (6.6), 1 x 300 6.1
+  //    against 6.7 with 3 (6.8), 8 x 257 6.6 against 8.1 (8.9), 16 x 300 7.0 and 16 x 384 7.4
+  //    against 10.0 and 10.3 with 2 4-warp items of 256 (8.4, 8.7); 4 rounds: 8 x 512 7.6 against
+  //    8.6 (9.5), 16 x 512 8.2 against 10.4 (11.5), but 1 x 512 7.2 against 6.8 (7.1), 2 x 512 7.4
+  //    against 7.1 (7.5), 4 x 512 7.6 against 7.8 (8.3). head_dim 64: 1 x 512 5.9 against 6.2 (6.2),
+  //    2 x 512 6.0 against 6.3 (6.7);
+  //  - else two-round items (256 tokens at 8 warps) where they fit and the one-round items would fill
+  //    more than 3/4 of the SMs (or not fit the build at all): 1 x 2048 8.6 -> 8.1 (9.2), 1 x 3000
+  //    9.5 -> 9.0 (10.8), 2 x 2048 9.7 -> 8.9 (9.8); fewer blocks lose below that (1 x 1024 7.3 ->
+  //    7.8, 2 x 512 7.0 -> 7.6, 1 x 768 7.2 -> 7.7; 1 x 1536, 96 blocks of 128: 8.2 -> 8.0).
+  const int64_t round = short_granules * kDecodeSplitGranule;
+  for (int64_t r = 1; r <= kDecodeShortItemRounds; ++r) {
+    const int64_t items = count_items(in, r * short_granules, kDecodeShortItemTailTokens);
+    const bool grid_ok = r <= in.short_item_whole_rounds || 4 * items * blocks_per_item >= in.num_sms;
+    if (items == num_seqs && grid_ok && short_build_fits(in, r * round)) return r * short_granules;
+  }
+  if (short_build_fits(in, 2 * round) &&
+      4 * count_items(in, short_granules, kDecodeShortItemTailTokens) * blocks_per_item > 3 * in.num_sms) {
+    return 2 * short_granules;
+  }
+  return cg;
+}
+
 }  // namespace
 
 DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
@@ -165,51 +214,8 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
         2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
       cg = short_granules;
     }
-    // Formats with the short-item build (its 16-token steps run short items well on any block count):
-    // short items (< kDecodeLongItemTokens) that leave some SM without a block are cut to the shortest
-    // whose grid still fits 2 blocks per SM. The rules above let neighbouring contexts jump between
-    // item sizes: 1 x 2049 took 9 items of 256 tokens (72 blocks) and 1 x 4000 11 of 384 (88), where
-    // 128-token items run in 9.0 and 9.9 us against 9.8 and 11.2 (fp8's plan 9.2 and 11.1; H200,
-    // 2026-12-02, graph replays, GQA 4, forced chunks).
-    const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
-    if (in.short_item_warps > 0 && short_granules >= 1 && cg * kDecodeSplitGranule < kDecodeLongItemTokens &&
-        count_items(in, cg) * blocks_per_item <= in.num_sms) {
-      for (int64_t g = short_granules; g < cg; g += short_granules) {
-        if (count_items(in, g) * blocks_per_item <= kDecodeMemoryBoundBlocksPerSm * in.num_sms) {
-          cg = g;
-          break;
-        }
-      }
-    }
-    // The short-item build's longer items (H200, 2026-12-02, graph replays, GQA 4, nvfp4 us; fp8's
-    // plan in brackets), where the rules above leave short items:
-    //  - one item per sequence, of the fewest rounds that hold every sequence, where that grid fits
-    //    the build: no merge. Up to short_item_whole_rounds on any grid, up to kDecodeShortItemRounds on
-    //    a quarter of the SMs or more. 1 x 256 5.6 against 6.5 with 2 items of 128 (6.6), 1 x 300 6.1
-    //    against 6.7 with 3 (6.8), 8 x 257 6.6 against 8.1 (8.9), 16 x 300 7.0 and 16 x 384 7.4
-    //    against 10.0 and 10.3 with 2 4-warp items of 256 (8.4, 8.7); 4 rounds: 8 x 512 7.6 against
-    //    8.6 (9.5), 16 x 512 8.2 against 10.4 (11.5), but 1 x 512 7.2 against 6.8 (7.1), 2 x 512 7.4
-    //    against 7.1 (7.5), 4 x 512 7.6 against 7.8 (8.3). head_dim 64: 1 x 512 5.9 against 6.2 (6.2),
-    //    2 x 512 6.0 against 6.3 (6.7);
-    //  - else two-round items (256 tokens at 8 warps) where they fit and the one-round items would fill
-    //    more than 3/4 of the SMs (or not fit the build at all): 1 x 2048 8.6 -> 8.1 (9.2), 1 x 3000
-    //    9.5 -> 9.0 (10.8), 2 x 2048 9.7 -> 8.9 (9.8); fewer blocks lose below that (1 x 1024 7.3 ->
-    //    7.8, 2 x 512 7.0 -> 7.6, 1 x 768 7.2 -> 7.7; 1 x 1536, 96 blocks of 128: 8.2 -> 8.0).
-    if (in.short_item_warps > 0 && short_granules >= 1 && cg * kDecodeSplitGranule < kDecodeLongItemTokens) {
-      const int64_t round = short_granules * kDecodeSplitGranule;
-      int64_t whole = 0;  // rounds of one item per sequence, 0 = none fits
-      for (int64_t r = 1; r <= kDecodeShortItemRounds && whole == 0; ++r) {
-        const int64_t items = count_items(in, r * short_granules, kDecodeShortItemTailTokens);
-        const bool grid_ok = r <= in.short_item_whole_rounds || 4 * items * blocks_per_item >= in.num_sms;
-        if (items == num_seqs && grid_ok && short_build_fits(in, r * round)) whole = r;
-      }
-      if (whole > 0) {
-        cg = whole * short_granules;
-      } else if (short_build_fits(in, 2 * round) &&
-                 4 * count_items(in, short_granules, kDecodeShortItemTailTokens) * blocks_per_item > 3 * in.num_sms) {
-        cg = 2 * short_granules;
-      }
-    }
+    // Formats with the short-item build: its own item sizes for short plans (short_build_granules).
+    cg = short_build_granules(in, cg);
     chunk = cg * kDecodeSplitGranule;
   }
 
@@ -225,7 +231,7 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       break;
     }
   }
-  // The short-item build: one or two 16-token chunks per warp, at most one block per SM; its
+  // The short-item build: one to four 16-token chunks per warp, at most one block per SM; its
   // sequences' tails of one chunk join the item before them.
   int64_t tail_tokens = 0;
   if (short_build_fits(in, chunk)) {
