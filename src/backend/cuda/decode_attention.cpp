@@ -211,7 +211,7 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
                         plan.chunk_tokens < kDecodeLongItemTokens &&
                         static_cast<int64_t>(launch.grid_tc.x) <= int64_t{detail::kTcFewBlocksPerSm} * plan.num_sms;
   // The short-item build (16-token steps in 8-warp blocks) on the items the plan sized for it
-  // (plan_decode_splits: one or two chunks per warp), 256-token ones included.
+  // (plan_decode_splits: one to four chunks per warp, kDecodeShortItemRounds).
   const bool short_item_build =
       plan.block_warps == detail::kTcWideWarps && launch.tc_few_blocks &&
       plan.chunk_tokens <= kDecodeShortItemRounds * detail::kTcChunk * detail::kTcWideWarps;

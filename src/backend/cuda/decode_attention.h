@@ -102,9 +102,9 @@ std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(q
                                                                                int64_t head_dim);
 
 // The short-item build's warps per block (DecodePlanInputs::short_item_warps): kTcWideWarps (8) for
-// nvfp4 at head_dim 64 and 128, whose 128- and 256-token items then run one or two 16-token chunks per
-// warp on one block per SM (instead of two or four chunks per warp in 4-warp blocks, or 64-token
-// items); 0 for every other.
+// nvfp4 at head_dim 64 and 128, whose items of 128 to 512 tokens then run one to four 16-token chunks
+// per warp on one block per SM (instead of twice as many in 4-warp blocks, or 64-token items); 0 for
+// every other.
 int32_t decode_short_item_warps(quant::ElemFormat k_format, quant::ElemFormat v_format, int64_t head_dim);
 
 // On the short-item build, the most 16-token chunks per warp of an item holding a whole sequence on any

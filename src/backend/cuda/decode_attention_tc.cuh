@@ -100,8 +100,7 @@ using quant::ElemFormat;
 //
 // kWarps: warps per block, kTcWarps or (the long-item builds, DecodeLaunch::tc_warps) kTcWideWarps, kTcSmWarps;
 // kTcWideWarps also in the short-item build (kSteps 1, kFewBlocks; decode_short_item_warps): items of
-// one or two 16-token chunks per warp (a sequence's last item one more for some warps: the plan joins a
-// tail of one chunk to it), one block per SM (measured: docs/cuda_kernels.md).
+// 1-4 16-token chunks per warp (+1 for a joined tail), one block per SM (docs/cuda_kernels.md).
 template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false, bool kOneP = false,
           int kWarps = kTcWarps>
 __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kHeadDim, kWarps>::kMinBlocks

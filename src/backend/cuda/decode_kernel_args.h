@@ -205,7 +205,7 @@ struct DecodeLaunch {
   bool tc_few_blocks;
   // Warps per block: kTcWarps, or a long-item build's (kTcWideWarps, kTcSmWarps) where tc_steps is 2
   // and the plan was sized for it (DecodeSplitPlan::block_warps), or kTcWideWarps with 16-token steps
-  // and few_blocks for a plan of one or two chunks per warp (the short-item build, decode_short_item_warps).
+  // and few_blocks for a plan of one to four chunks per warp (the short-item build, decode_short_item_warps).
   int tc_warps = kTcWarps;
   // > 0: the tensor-core kernel's shared memory is raised so that at most this many blocks share an
   // SM (DecodeAttentionParams::spread_blocks); 0: as many as fit.

@@ -120,7 +120,7 @@ struct DecodePlanInputs {
   // 2 x 32K 38.2 -> 36.8.
   int64_t item_granule_multiple = 1;
   std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> long_items{};  // in order of preference
-  // The short-item build's warps per block (decode_short_item_warps; 0 = none): items of one or two
+  // The short-item build's warps per block (decode_short_item_warps; 0 = none): items of one to four
   // rounds of 16-token chunks over its warps (kDecodeShortItemRounds) on a grid of at most one block
   // per SM run it (DecodeSplitPlan::block_warps), and the issue-bound formats' one-granule rule gives
   // way to its one-round items.

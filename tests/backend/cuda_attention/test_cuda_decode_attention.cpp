@@ -516,7 +516,7 @@ TEST(CudaDecodeNvfp4Steps, LongItemBuildsMatchTheOracle) {
   }
 }
 
-// 128- and 256-token items at the shortest contexts (few blocks) run in 8-warp blocks, one or two
+// Items of 128 to 512 tokens at the shortest contexts (few blocks) run in 8-warp blocks, one to four
 // 16-token chunks per warp (the short-item build, with the plan's own items too: 1000 tokens), a
 // sequence's last chunk of up to 16 tokens joined to the item before it (129 tokens: one item, its
 // first warp taking two chunks; 1025 at 256: a last item of 257, three chunks for one warp), or, not
