@@ -307,8 +307,8 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
                           : cuda::detail::kTcWarps;
     cuda::detail::launch_decode_kernel(launch, stream);
     if (launch.split) {
-      cuda::detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits, true,
-                                         stream);
+      cuda::detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits,
+                                         launch.reduce_spread_sms, true, stream);
     }
   };
   const double seconds = timing == Timing::kGraph

@@ -219,6 +219,19 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   const bool long_item_build = plan.block_warps > 0 && launch.tc_steps == 2 && !launch.tc_few_blocks;
   launch.tc_warps = long_item_build || short_item_build ? plan.block_warps : detail::kTcWarps;
   launch.tc_one_p = vf == ElemFormat::kNVFP4 && !p.exact_p;
+  // The merge's blocks, scheduled while the decode kernel runs (PDL), land wherever an SM has room
+  // at that moment: where the decode blocks take every register (nvfp4's 8- and 16-warp builds),
+  // only on the SMs it leaves idle (8 x 32K: all 64 merge blocks on 4 SMs), and elsewhere packed
+  // onto the first SMs with room. Spread over the plan's SMs they merge in parallel. H200,
+  // 2026-12-02, graph replays, GQA 4, bf16 / fp8 / nvfp4 us, packed -> spread (one call, two runs
+  // each): 8 x 32K 242.5 / 127.2 / 81.0 -> 242.7 / 127.1 / 79.3, 8 x 128K nvfp4 288.7 -> 287.3,
+  // 8 x 16K nvfp4 46.0 -> 44.6, 8 x 1K 14.6 / 11.6 / 10.5 -> 14.2 / 11.3 / 10.3, 8 x 4K 37.8 / 23.7 /
+  // 18.4 -> 37.3 / 23.5 / 18.1, 1 x 4K nvfp4 9.7 -> 9.4; the rest equal. The 8B step (mode 9, ms):
+  // batch 1 at 1K bf16 4.079 -> 4.067, fp8 4.068 -> 4.057, nvfp4 4.132 -> 4.116; batch 8 at 32K fp8
+  // 8.595 -> 8.566, nvfp4 7.116 -> 7.092; nvfp4 at 4K 4.176 -> 4.181 (within the runs' spread). At
+  // most 2 per SM instead (room for the next kernel's blocks beside them) lost at batch 1 (1 x 4K
+  // nvfp4 9.8, 1 x 16K 14.8 against 14.4).
+  launch.reduce_spread_sms = plan.num_sms;
   if (p.spread_blocks &&
       static_cast<int64_t>(launch.grid_tc.x) <= kDecodeMemoryBoundBlocksPerSm * static_cast<int64_t>(plan.num_sms)) {
     launch.max_blocks_per_sm = static_cast<int>(kDecodeMemoryBoundBlocksPerSm);
@@ -268,8 +281,10 @@ void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   detail::launch_decode_kernel(launch, stream);
   // The merge is launched programmatically: its blocks are scheduled while the decode kernel's last
   // blocks finish, instead of after a full launch gap (they wait for its results before reading).
-  if (launch.split) detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits, true,
-                                                 stream);
+  if (launch.split) {
+    detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits,
+                                 launch.reduce_spread_sms, true, stream);
+  }
 }
 
 }  // namespace nibble::cuda

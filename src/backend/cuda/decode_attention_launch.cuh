@@ -46,12 +46,6 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
   }
 }
 
-// Dynamic shared memory that lets at most `blocks` blocks share an SM (at least the kernel's own).
-constexpr int spread_smem_bytes(int own, int blocks) {
-  const int share = kSmemPerSm / blocks - kSmemReservedPerBlock;
-  return blocks > 0 && share > own ? share : own;
-}
-
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks, bool kOneP, int kWarps>
 void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   using T = TcTraits<KF, VF, kHeadDim, kWarps>;

@@ -56,6 +56,13 @@ inline constexpr int kTcStageBudget = 12288;       // bytes of cp.async stages p
 inline constexpr int kSmemPerSm = 233472;          // H100/H200: 228 KiB per SM
 inline constexpr int kSmemReservedPerBlock = 1024;
 
+// Dynamic shared memory that lets at most `blocks` blocks share an SM (at least the kernel's own;
+// blocks <= 0: the kernel's own). The decode kernel's spread launch and the split merge use it.
+constexpr int spread_smem_bytes(int own, int blocks) {
+  const int share = blocks > 0 ? kSmemPerSm / blocks - kSmemReservedPerBlock : 0;
+  return share > own ? share : own;
+}
+
 struct TcGeometry {
   int stage_bytes;  // one 16-token chunk: K data, K scales, V data, V scales
   int stages;       // per warp
@@ -176,8 +183,9 @@ void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int 
 // wrote it). max_items (the plan's max_splits) picks the kernel: up to 8 items one warp per query
 // head (grid (num_seqs, ceil(num_q_heads / 4))), more a block per head (grid (num_seqs,
 // num_q_heads)). programmatic: launched with programmatic stream serialization (PDL), so its blocks
-// may be scheduled before the decode kernel ends (they wait for its results first).
-void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, int max_items,
+// may be scheduled before the decode kernel ends (they wait for its results first). spread_sms > 0:
+// at most ceil(blocks / spread_sms) merge blocks share an SM (DecodeLaunch::reduce_spread_sms).
+void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, int max_items, int spread_sms,
                           bool programmatic, cudaStream_t stream);
 
 // One decode_attention call, validated and resolved (decode_attention.cpp): the kernel arguments and
@@ -213,6 +221,10 @@ struct DecodeLaunch {
   // The softmax weights enter P·V as one f16 (decode_attention_tc.cuh, kOneP): where V is nvfp4 and
   // DecodeAttentionParams::exact_p is off.
   bool tc_one_p = false;
+  // > 0: the split merge's blocks are spread over this many SMs (launch_decode_reduce; the plan's
+  // SMs, decode_attention.cpp), so that its blocks, scheduled early (PDL), do not crowd onto the
+  // few SMs with room beside the decode blocks; 0: as many per SM as fit.
+  int reduce_spread_sms = 0;
 };
 
 // Throws nibble::Error naming the problem (decode_attention's checks).

@@ -3,6 +3,8 @@
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/kernel_launch.h"
 
+#include <mutex>
+
 namespace nibble::cuda::detail {
 
 namespace {
@@ -49,7 +51,8 @@ constexpr int kBatch = 8;  // partial rows in flight per warp in pass 2
 //
 // Launched programmatically (PDL) behind the decode kernel: it may be resident before that kernel
 // ends (the decode kernel triggers its dependents at its start) and waits for its results
-// (griddepcontrol.wait) before reading anything but the plan.
+// (griddepcontrol.wait) before reading anything but the plan. Its launch asks for more shared
+// memory than it uses, so that its blocks spread over the SMs (launch_decode_reduce).
 // Shared memory: row [4 warps][head_dim] f32, then m/l [4 warps] f32 each.
 __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(DecodeKernelArgs a, int head_dim) {
   extern __shared__ float4 smem_f4[];
@@ -262,24 +265,42 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_few_kernel(Decod
   }
 }
 
+// One merge kernel's launch; the first launch raises the kernel's shared-memory limit so that the
+// spread launch (launch_decode_reduce) may ask for up to an SM's whole share.
+template <auto kKernel>
+void launch_merge(const LaunchShape& shape, cudaStream_t stream, bool programmatic, const DecodeKernelArgs& args,
+                  int head_dim) {
+  static std::once_flag raised;
+  std::call_once(raised, [] {
+    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, spread_smem_bytes(0, 1)));
+  });
+  launch_kernel(kKernel, shape, stream, programmatic, args, head_dim);
+}
+
 }  // namespace
 
-void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, int max_items,
+void launch_decode_reduce(const DecodeKernelArgs& args, int num_seqs, int head_dim, int max_items, int spread_sms,
                           bool programmatic, cudaStream_t stream) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
     throw_unsupported("decode reduce", "head_dim", "64, 128, 256", head_dim);
   }
   const bool few = max_items <= kFewItems || (max_items <= kFewItemsWide && head_dim <= 128);
   const int head_blocks = few ? (args.num_q_heads + kReduceWarps - 1) / kReduceWarps : args.num_q_heads;
+  // Spread (spread_sms > 0): at most ceil(blocks / spread_sms) blocks per SM, by raising each
+  // block's dynamic shared memory (spread_smem_bytes), so that the blocks scheduled early land on
+  // every SM rather than crowd onto the few with room (DecodeLaunch::reduce_spread_sms).
+  const int own_smem = static_cast<int>((kReduceWarps * head_dim + 2 * kReduceWarps) * sizeof(float));
+  const int blocks = num_seqs * head_blocks;
+  const int per_sm = spread_sms > 0 ? (blocks + spread_sms - 1) / spread_sms : 0;
   const LaunchShape shape{.grid = dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(head_blocks)),
                           .block = dim3(kReduceThreads),
-                          .smem_bytes = (kReduceWarps * head_dim + 2 * kReduceWarps) * sizeof(float)};
+                          .smem_bytes = static_cast<size_t>(spread_smem_bytes(own_smem, per_sm))};
   if (max_items <= kFewItems) {
-    launch_kernel(decode_reduce_few_kernel<kFewItems, 2>, shape, stream, programmatic, args, head_dim);
+    launch_merge<decode_reduce_few_kernel<kFewItems, 2>>(shape, stream, programmatic, args, head_dim);
   } else if (few) {
-    launch_kernel(decode_reduce_few_kernel<kFewItemsWide, 1>, shape, stream, programmatic, args, head_dim);
+    launch_merge<decode_reduce_few_kernel<kFewItemsWide, 1>>(shape, stream, programmatic, args, head_dim);
   } else {
-    launch_kernel(decode_reduce_kernel, shape, stream, programmatic, args, head_dim);
+    launch_merge<decode_reduce_kernel>(shape, stream, programmatic, args, head_dim);
   }
 }
 

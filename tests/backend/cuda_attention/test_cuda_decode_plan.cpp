@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/decode_attention.h"  // decode_item_granules
+#include "backend/cuda/decode_kernel_args.h"  // spread_smem_bytes
 #include "backend/cuda/decode_plan.h"
 #include "common/error.h"
 
@@ -359,6 +360,31 @@ TEST(DecodeSplitPlan, ShortItemBuildOnItsItemsAtOneBlockPerSm) {
   EXPECT_EQ(with.block_warps, 8);
   EXPECT_EQ(without.chunk_tokens, 64);
   EXPECT_EQ(without.block_warps, 0);
+}
+
+// The spread launches (the decode kernel's and the split merge's) size each block's shared memory
+// so that at most the asked number of blocks fit on an SM, and never below the kernel's own need.
+TEST(DecodeSpreadLaunch, SharedMemoryLetsAtMostThatManyBlocksShareAnSm) {
+  using detail::kSmemPerSm;
+  using detail::kSmemReservedPerBlock;
+  using detail::spread_smem_bytes;
+  for (const int own : {0, 2080, 40000, 120000}) {
+    EXPECT_EQ(spread_smem_bytes(own, 0), own);  // no spread
+    for (int blocks = 1; blocks <= 32; ++blocks) {
+      const int smem = spread_smem_bytes(own, blocks);
+      const int fit = kSmemPerSm / (smem + kSmemReservedPerBlock);
+      EXPECT_GE(smem, own) << own << " " << blocks;
+      EXPECT_LE(fit, blocks) << own << " " << blocks;
+      // Exactly `blocks` fit unless the kernel's own need already allows fewer.
+      if (own + kSmemReservedPerBlock <= kSmemPerSm / blocks) {
+        EXPECT_EQ(fit, blocks) << own << " " << blocks;
+      } else {
+        EXPECT_EQ(smem, own) << own << " " << blocks;
+      }
+    }
+  }
+  // One block per SM is within the opt-in limit of one block on the H100/H200 (227 KiB).
+  EXPECT_LE(spread_smem_bytes(0, 1), 227 * 1024);
 }
 
 }  // namespace
