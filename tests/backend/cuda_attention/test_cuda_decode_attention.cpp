@@ -683,5 +683,40 @@ TEST(CudaDecodeErrors, RejectsBadShapesNamingTheProblem) {
   expect_error(p, "exceeds the CUDA kernels' limit");
 }
 
+// The split merge's blocks are spread over the plan's SMs (DecodeLaunch::reduce_spread_sms), behind
+// the 4-warp builds and nvfp4's 16-warp one alike. Host only: prepare_decode_launch calls no CUDA API.
+TEST(CudaDecodeLaunch, SpreadsTheMergeOverThePlansSms) {
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = 8, .head_dim = 128}, KvDtype::kNVFP4, 16);
+  int32_t dummy = 0;
+  uint8_t byte = 0;
+  float f = 0;
+  DecodeAttentionParams p{.q = &f, .out = &f, .pool = &byte, .page_tables = &dummy, .plan_device = &dummy,
+                          .partial_out = &f, .partial_lse = &f, .num_q_heads = 32, .max_pages_per_seq = 2048,
+                          .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
+                          .softmax_scale = 0.088f};
+  DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
+  in.num_kv_heads = 8;
+  // 8 x 32K: two 16K items per sequence on 16-warp blocks, one per SM, 4 of 132 SMs left idle.
+  const std::vector<int32_t> long_lens(8, 32768);
+  in.seq_lens = long_lens;
+  const DecodeSplitPlan wide = plan_decode_splits(in);
+  p.plan = &wide;
+  const detail::DecodeLaunch l_wide = detail::prepare_decode_launch(p);
+  EXPECT_TRUE(l_wide.split);
+  EXPECT_EQ(l_wide.tc_warps, detail::kTcSmWarps);
+  EXPECT_EQ(l_wide.reduce_spread_sms, 132);
+  // 4 x 2K on a 66-SM plan: 4-warp blocks, the merge spread over those 66.
+  const std::vector<int32_t> short_lens(4, 2048);
+  in.seq_lens = short_lens;
+  in.num_sms = 66;
+  in.force_chunk_tokens = 256;
+  const DecodeSplitPlan narrow = plan_decode_splits(in);
+  p.plan = &narrow;
+  const detail::DecodeLaunch l_narrow = detail::prepare_decode_launch(p);
+  EXPECT_TRUE(l_narrow.split);
+  EXPECT_EQ(l_narrow.tc_warps, detail::kTcWarps);
+  EXPECT_EQ(l_narrow.reduce_spread_sms, 66);
+}
+
 }  // namespace
 }  // namespace nibble::cuda
