@@ -694,28 +694,27 @@ TEST(CudaDecodeLaunch, SpreadsTheMergeOverThePlansSms) {
                           .partial_out = &f, .partial_lse = &f, .num_q_heads = 32, .max_pages_per_seq = 2048,
                           .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
                           .softmax_scale = 0.088f};
-  DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
-  in.num_kv_heads = 8;
+  // The launch of a plan for `lens` on `num_sms` SMs (force_chunk_tokens: 0 = the plan's own items).
+  auto launch_for = [&](const std::vector<int32_t>& lens, int64_t num_sms, int64_t force_chunk_tokens) {
+    DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
+    in.seq_lens = lens;
+    in.num_kv_heads = 8;
+    in.num_sms = num_sms;
+    in.force_chunk_tokens = force_chunk_tokens;
+    const DecodeSplitPlan plan = plan_decode_splits(in);
+    p.plan = &plan;
+    return detail::prepare_decode_launch(p);  // copies what it needs of the plan
+  };
   // 8 x 32K: two 16K items per sequence on 16-warp blocks, one per SM, 4 of 132 SMs left idle.
-  const std::vector<int32_t> long_lens(8, 32768);
-  in.seq_lens = long_lens;
-  const DecodeSplitPlan wide = plan_decode_splits(in);
-  p.plan = &wide;
-  const detail::DecodeLaunch l_wide = detail::prepare_decode_launch(p);
-  EXPECT_TRUE(l_wide.split);
-  EXPECT_EQ(l_wide.tc_warps, detail::kTcSmWarps);
-  EXPECT_EQ(l_wide.reduce_spread_sms, 132);
+  const detail::DecodeLaunch wide = launch_for(std::vector<int32_t>(8, 32768), 132, 0);
+  EXPECT_TRUE(wide.split);
+  EXPECT_EQ(wide.tc_warps, detail::kTcSmWarps);
+  EXPECT_EQ(wide.reduce_spread_sms, 132);
   // 4 x 2K on a 66-SM plan: 4-warp blocks, the merge spread over those 66.
-  const std::vector<int32_t> short_lens(4, 2048);
-  in.seq_lens = short_lens;
-  in.num_sms = 66;
-  in.force_chunk_tokens = 256;
-  const DecodeSplitPlan narrow = plan_decode_splits(in);
-  p.plan = &narrow;
-  const detail::DecodeLaunch l_narrow = detail::prepare_decode_launch(p);
-  EXPECT_TRUE(l_narrow.split);
-  EXPECT_EQ(l_narrow.tc_warps, detail::kTcWarps);
-  EXPECT_EQ(l_narrow.reduce_spread_sms, 66);
+  const detail::DecodeLaunch narrow = launch_for(std::vector<int32_t>(4, 2048), 66, 256);
+  EXPECT_TRUE(narrow.split);
+  EXPECT_EQ(narrow.tc_warps, detail::kTcWarps);
+  EXPECT_EQ(narrow.reduce_spread_sms, 66);
 }
 
 }  // namespace
