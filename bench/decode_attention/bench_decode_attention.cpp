@@ -7,6 +7,7 @@
 //                          [--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]
 //                          [--timing graph|eager|both] [--chunks C1,C2,...] [--page-size N]
 //                          [--head-dim 64|128|256] [--kv-heads N] [--write-shapes TOKENS:G,...]
+//                          [--sustain SECONDS]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
@@ -51,6 +52,14 @@
 // Warm-up: the first shape is timed for every format for 2 s before the table and dropped (on a GPU
 // that was idle the first cases came out up to ~5% off; PERFORMANCE.md, fifth round).
 //
+// SM clock: after each format's timing a probe kernel reads the SM clock the board is running at
+// (bench/common/sm_clock.h), printed at the end of the row and in the JSON (sm_mhz, the lower of
+// the two orders): a time taken while the board held its power cap says so. --sustain S replays
+// each graph-timed call for S seconds before its samples, so the samples see the clock and power
+// state of that work run continuously (the default, 0, times each format for a few ms between the
+// others; nvfp4 alone at 32 x 32K reaches the H200's 700 W cap within about a second: PERFORMANCE.md,
+// twenty-sixth round).
+//
 // Order: each shape is timed twice, formats in the given order and then in reverse order; the
 // reported time is the minimum of the two medians, and "order spread" is the largest relative
 // difference max|fwd - rev| / min(fwd, rev) over the formats of that shape (the order effects that
@@ -79,6 +88,7 @@
 #include "device_arena.h"
 #include "device_mem.h"
 #include "event_timing.h"
+#include "sm_clock.h"
 #include "backend/cuda/decode_attention.h"
 #include "backend/cuda/decode_kernel_args.h"
 #include "backend/cuda/kv_write.h"
@@ -127,6 +137,9 @@ using nibble::bench::ArenaLayout;
 using nibble::bench::DeviceArena;
 using nibble::bench::DeviceMem;
 
+// --sustain: seconds of graph replays before each graph timing's samples (0: none).
+double g_sustain_seconds = 0.0;
+
 // Median seconds per call of fn(copy), launched eagerly from the host (event_timing.h: samples of
 // >= ~0.3 ms, at most 200 calls, 3 warm-up calls), copies rotated call by call.
 template <typename Fn>
@@ -137,7 +150,8 @@ double median_seconds(Fn&& fn, int copies) {
 // Median seconds per call of fn(copy, stream) replayed from a CUDA graph: after 3 eager warm-up
 // calls (first-launch attribute setup happens there, outside the capture), N calls (copy k % copies,
 // N >= copies and >= ~0.3 ms of work) are captured once into a graph on a private stream; each of
-// 11 samples times one replay and divides by N.
+// 11 samples times one replay and divides by N. With g_sustain_seconds > 0 the graph is replayed
+// for that long first (four replays in flight at a time, so the GPU does not idle between them).
 template <typename Fn>
 double graph_median_seconds(Fn&& fn, int copies) {
   cudaStream_t stream;
@@ -160,6 +174,13 @@ double graph_median_seconds(Fn&& fn, int copies) {
   cudaGraphExec_t exec;
   NIBBLE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 0; i < 2; ++i) NIBBLE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  if (g_sustain_seconds > 0) {
+    const auto begin = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < g_sustain_seconds) {
+      for (int i = 0; i < 4; ++i) NIBBLE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      NIBBLE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+  }
   std::vector<double> samples;
   for (int s = 0; s < 11; ++s) {
     NIBBLE_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -208,6 +229,7 @@ enum Region : size_t {
 struct DecodeResult {
   double seconds = 0;
   double gbps = 0;
+  double sm_mhz = 0;  // the SM clock right after the timing (sm_clock.h)
 };
 
 // One decode case: `batch` sequences of `ctx` tokens in `dtype`, pages in `copies` copies.
@@ -314,7 +336,7 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
   const double seconds = timing == Timing::kGraph
                              ? graph_median_seconds(call, c.copies)
                              : median_seconds([&](int copy) { call(copy, nullptr); }, c.copies);
-  return {seconds, c.io_bytes(ctx, batch) / seconds * 1e-9};
+  return {seconds, c.io_bytes(ctx, batch) / seconds * 1e-9, bench::sm_clock_mhz(c.plan.num_sms)};
 }
 
 struct WriteShape {
@@ -514,6 +536,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       (head_dim ? g_head_dim : g_kv_heads) = static_cast<int>(v);
+    } else if (arg == "--sustain" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      char* tail = nullptr;
+      const double v = std::strtod(text.c_str(), &tail);
+      if (text.empty() || *tail != 0 || !(v >= 0.0 && v <= 600.0)) {
+        fmt::print(stderr, "--sustain: '{}' is not a number of seconds in 0..600\n", text);
+        return 2;
+      }
+      g_sustain_seconds = v;
     } else if (arg == "--write-shapes" && i + 1 < argc) {
       write_shapes_arg = argv[++i];
     } else if (arg == "--nvfp4-rule" && i + 1 < argc) {
@@ -528,7 +559,7 @@ int main(int argc, char** argv) {
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
                  "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
                  "[--chunks C1,C2,...] [--page-size N] [--head-dim 64|128|256] [--kv-heads N] "
-                 "[--write-shapes TOKENS:G,...]\nunknown argument '{}'\n",
+                 "[--write-shapes TOKENS:G,...] [--sustain SECONDS]\nunknown argument '{}'\n",
                  argv[0], arg);
       return 2;
     }
@@ -611,7 +642,11 @@ int main(int argc, char** argv) {
     fmt::print("timing column: graph = CUDA-graph replay of N captured calls, per call (GPU time of decode kernel + "
                "reduce, no host launch cost; what the engine's graph-replayed decode steps see); eager = calls "
                "launched from the host back to back (includes host launch cost where it exceeds GPU time); "
-               "cN = graph timing with the split plan forced to N-token items\n\n");
+               "cN = graph timing with the split plan forced to N-token items; SM MHz = the SM clock right after "
+               "each format's timing (the lower of the two orders){}\n\n",
+               g_sustain_seconds > 0 ? fmt::format("; every graph timing after {} s of replays of its call (--sustain)",
+                                                   g_sustain_seconds)
+                                     : std::string());
 
     nlohmann::json report;
     report["device"] = dev.name;
@@ -624,10 +659,11 @@ int main(int argc, char** argv) {
     report["orders"] = both_orders ? 2 : 1;
     report["timing"] = timing;
     report["timing_modes"] = "graph: CUDA-graph replay, per call; eager: host launches back to back";
+    report["sustain_seconds"] = g_sustain_seconds;
 
     std::string header = fmt::format("{:>4} {:>7} {:>6} {:>6} |", "gqa", "ctx", "batch", "timing");
     for (KvDtype d : dtypes) header += fmt::format(" {:>22} |", fmt::format("{} us GB/s %BW", quant::kv_dtype_name(d)));
-    header += " nvfp4/fp8 fp8/bf16 order spread";
+    header += " nvfp4/fp8 fp8/bf16 order spread | SM MHz";
     if (run_decode) fmt::print("{}\n", header);
     // Warm-up: the first shape, every format, for at least kWarmupSeconds, results dropped. On a GPU
     // that was idle, the first second or so of cases came out off by up to ~5% (H200, 2026-11-30:
@@ -659,8 +695,12 @@ int main(int argc, char** argv) {
       for (const Row& row : rows) {
         std::map<KvDtype, std::optional<DecodeCase>> cases;
         for (KvDtype d : dtypes) cases[d] = make_decode_case(dev, d, shape, row.chunk);
+        std::map<KvDtype, double> sm_mhz;  // the lower of the two orders' clocks
         const auto times = time_both_orders(dtypes, both_orders, [&](KvDtype d) {
-          return cases[d] ? bench_decode(arena, *cases[d], ctx, batch, row.timing).seconds : 0.0;
+          if (!cases[d]) return 0.0;
+          const DecodeResult r = bench_decode(arena, *cases[d], ctx, batch, row.timing);
+          sm_mhz[d] = sm_mhz.count(d) ? std::min(sm_mhz[d], r.sm_mhz) : r.sm_mhz;
+          return r.seconds;
         });
         const double spread = order_spread(times);
         std::map<KvDtype, DecodeResult> results;
@@ -672,6 +712,7 @@ int main(int argc, char** argv) {
           if (fwd > 0 && rev > 0) {
             r.seconds = std::min(fwd, rev);
             r.gbps = cases[d]->io_bytes(ctx, batch) / r.seconds * 1e-9;
+            r.sm_mhz = sm_mhz[d];
           }
           results[d] = r;
           line += r.seconds > 0 ? fmt::format(" {:>8.1f} {:>6.0f} {:>5.1f}% |", r.seconds * 1e6, r.gbps,
@@ -683,7 +724,8 @@ int main(int argc, char** argv) {
                                         {"chunk_tokens", cases[d]->plan.chunk_tokens},
                                         {"block_warps", cases[d]->plan.block_warps}, {"forced_chunk", row.chunk > 0},
                                         {"seconds", r.seconds}, {"gbps", r.gbps},
-                                        {"fraction_of_read_bw", r.gbps / read_gbps}, {"seconds_forward", fwd},
+                                        {"fraction_of_read_bw", r.gbps / read_gbps}, {"sm_mhz", r.sm_mhz},
+                                        {"sustain_seconds", g_sustain_seconds}, {"seconds_forward", fwd},
                                         {"seconds_reverse", rev}, {"order_spread", spread}});
           }
         }
@@ -693,6 +735,10 @@ int main(int argc, char** argv) {
         line += fmt::format(" {:>9.3f} {:>8.3f} {:>12}", ratio(KvDtype::kNVFP4, KvDtype::kFP8),
                             ratio(KvDtype::kFP8, KvDtype::kBF16),
                             both_orders ? fmt::format("{:.1f}%", 100.0 * spread) : std::string("-"));
+        line += " | SM MHz";
+        for (KvDtype d : dtypes) {
+          if (results[d].seconds > 0) line += fmt::format(" {} {:.0f}", quant::kv_dtype_name(d), results[d].sm_mhz);
+        }
         // nvfp4 at head_dim 64 and 128 has two step builds (tc_steps): time both on this row's plan
         // (graph timing).
         const bool two_step_builds =
