@@ -58,7 +58,9 @@
 // each graph-timed call for S seconds before its samples, so the samples see the clock and power
 // state of that work run continuously (the default, 0, times each format for a few ms between the
 // others; nvfp4 alone at 32 x 32K reaches the H200's 700 W cap within about a second: PERFORMANCE.md,
-// twenty-sixth round).
+// twenty-sixth round). With --sustain the board's energy counter (NVML, bench/common/board_energy.h)
+// is read across each sustained window: the row then also gives the board's mean power and the
+// energy per call (the whole board's; windows of >= 2 s keep the counter's update steps small).
 //
 // Order: each shape is timed twice, formats in the given order and then in reverse order; the
 // reported time is the minimum of the two medians, and "order spread" is the largest relative
@@ -88,6 +90,7 @@
 #include "device_arena.h"
 #include "device_mem.h"
 #include "event_timing.h"
+#include "board_energy.h"
 #include "sm_clock.h"
 #include "backend/cuda/decode_attention.h"
 #include "backend/cuda/decode_kernel_args.h"
@@ -137,8 +140,18 @@ using nibble::bench::ArenaLayout;
 using nibble::bench::DeviceArena;
 using nibble::bench::DeviceMem;
 
-// --sustain: seconds of graph replays before each graph timing's samples (0: none).
+// --sustain: seconds of graph replays before each graph timing's samples (0: none), and the board's
+// energy counter read across them (null where NVML has none).
 double g_sustain_seconds = 0.0;
+const nibble::bench::BoardEnergy* g_board_energy = nullptr;
+
+// A graph timing: median seconds per call; with --sustain and an energy counter, the board's mean
+// power and joules per call over the sustained replays (else 0).
+struct GraphTiming {
+  double seconds = 0;
+  double watts = 0;
+  double joules_per_call = 0;
+};
 
 // Median seconds per call of fn(copy), launched eagerly from the host (event_timing.h: samples of
 // >= ~0.3 ms, at most 200 calls, 3 warm-up calls), copies rotated call by call.
@@ -151,9 +164,10 @@ double median_seconds(Fn&& fn, int copies) {
 // calls (first-launch attribute setup happens there, outside the capture), N calls (copy k % copies,
 // N >= copies and >= ~0.3 ms of work) are captured once into a graph on a private stream; each of
 // 11 samples times one replay and divides by N. With g_sustain_seconds > 0 the graph is replayed
-// for that long first (four replays in flight at a time, so the GPU does not idle between them).
+// for that long first (four replays in flight at a time, so the GPU does not idle between them),
+// and the board's energy counter is read before and after those replays.
 template <typename Fn>
-double graph_median_seconds(Fn&& fn, int copies) {
+GraphTiming graph_median_seconds(Fn&& fn, int copies) {
   cudaStream_t stream;
   NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t start, stop;
@@ -174,11 +188,23 @@ double graph_median_seconds(Fn&& fn, int copies) {
   cudaGraphExec_t exec;
   NIBBLE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 0; i < 2; ++i) NIBBLE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  GraphTiming timing;
   if (g_sustain_seconds > 0) {
+    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::optional<double> joules_before = g_board_energy ? g_board_energy->joules() : std::nullopt;
     const auto begin = std::chrono::steady_clock::now();
-    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < g_sustain_seconds) {
+    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(); };
+    int64_t replays = 0;
+    while (elapsed() < g_sustain_seconds) {
       for (int i = 0; i < 4; ++i) NIBBLE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
       NIBBLE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      replays += 4;
+    }
+    const double seconds = elapsed();
+    const std::optional<double> joules_after = g_board_energy ? g_board_energy->joules() : std::nullopt;
+    if (joules_before && joules_after && *joules_after > *joules_before) {
+      timing.watts = (*joules_after - *joules_before) / seconds;
+      timing.joules_per_call = (*joules_after - *joules_before) / static_cast<double>(replays * calls);
     }
   }
   std::vector<double> samples;
@@ -196,7 +222,8 @@ double graph_median_seconds(Fn&& fn, int copies) {
   NIBBLE_CUDA_CHECK(cudaEventDestroy(stop));
   NIBBLE_CUDA_CHECK(cudaStreamDestroy(stream));
   std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2];
+  timing.seconds = samples[samples.size() / 2];
+  return timing;
 }
 
 enum class Timing { kGraph, kEager };
@@ -230,6 +257,7 @@ struct DecodeResult {
   double seconds = 0;
   double gbps = 0;
   double sm_mhz = 0;  // the SM clock right after the timing (sm_clock.h)
+  double watts = 0, joules_per_call = 0;  // --sustain with an energy counter (GraphTiming), else 0
 };
 
 // One decode case: `batch` sequences of `ctx` tokens in `dtype`, pages in `copies` copies.
@@ -333,10 +361,11 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
                                          launch.reduce_spread_sms, true, stream);
     }
   };
-  const double seconds = timing == Timing::kGraph
-                             ? graph_median_seconds(call, c.copies)
-                             : median_seconds([&](int copy) { call(copy, nullptr); }, c.copies);
-  return {seconds, c.io_bytes(ctx, batch) / seconds * 1e-9, bench::sm_clock_mhz(c.plan.num_sms)};
+  const GraphTiming t = timing == Timing::kGraph
+                            ? graph_median_seconds(call, c.copies)
+                            : GraphTiming{median_seconds([&](int copy) { call(copy, nullptr); }, c.copies)};
+  return {t.seconds, c.io_bytes(ctx, batch) / t.seconds * 1e-9, bench::sm_clock_mhz(c.plan.num_sms), t.watts,
+          t.joules_per_call};
 }
 
 struct WriteShape {
@@ -588,6 +617,17 @@ int main(int argc, char** argv) {
     fmt::print("device: {} ({} SMs, L2 {} MiB)\nread bandwidth (read-only kernel): {:.0f} GB/s; "
                "device-to-device copy (read+write): {:.0f} GB/s\n",
                dev.name, dev.sms, dev.l2_bytes >> 20, read_gbps, copy_gbps);
+    // --sustain: the board's energy counter, read across each sustained window (none: no power column).
+    int cuda_device = 0;
+    NIBBLE_CUDA_CHECK(cudaGetDevice(&cuda_device));
+    const std::optional<bench::BoardEnergy> board_energy =
+        g_sustain_seconds > 0 ? bench::BoardEnergy::open(cuda_device) : std::nullopt;
+    g_board_energy = board_energy ? &*board_energy : nullptr;
+    if (g_sustain_seconds > 0) {
+      fmt::print("board energy counter (NVML): {}\n",
+                 board_energy ? "read across each sustained window: board W and mJ per call at the end of each row"
+                              : "not available, no power column");
+    }
 
     const std::vector<KvDtype> dtypes = formats_arg.empty()
                                             ? std::vector<KvDtype>{KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4,
@@ -695,11 +735,13 @@ int main(int argc, char** argv) {
       for (const Row& row : rows) {
         std::map<KvDtype, std::optional<DecodeCase>> cases;
         for (KvDtype d : dtypes) cases[d] = make_decode_case(dev, d, shape, row.chunk);
-        std::map<KvDtype, double> sm_mhz;  // the lower of the two orders' clocks
+        std::map<KvDtype, double> sm_mhz;         // the lower of the two orders' clocks
+        std::map<KvDtype, DecodeResult> energy;  // the faster order's power and joules per call
         const auto times = time_both_orders(dtypes, both_orders, [&](KvDtype d) {
           if (!cases[d]) return 0.0;
           const DecodeResult r = bench_decode(arena, *cases[d], ctx, batch, row.timing);
           sm_mhz[d] = sm_mhz.count(d) ? std::min(sm_mhz[d], r.sm_mhz) : r.sm_mhz;
+          if (!energy.count(d) || r.seconds < energy[d].seconds) energy[d] = r;
           return r.seconds;
         });
         const double spread = order_spread(times);
@@ -713,6 +755,8 @@ int main(int argc, char** argv) {
             r.seconds = std::min(fwd, rev);
             r.gbps = cases[d]->io_bytes(ctx, batch) / r.seconds * 1e-9;
             r.sm_mhz = sm_mhz[d];
+            r.watts = energy[d].watts;
+            r.joules_per_call = energy[d].joules_per_call;
           }
           results[d] = r;
           line += r.seconds > 0 ? fmt::format(" {:>8.1f} {:>6.0f} {:>5.1f}% |", r.seconds * 1e6, r.gbps,
@@ -725,6 +769,7 @@ int main(int argc, char** argv) {
                                         {"block_warps", cases[d]->plan.block_warps}, {"forced_chunk", row.chunk > 0},
                                         {"seconds", r.seconds}, {"gbps", r.gbps},
                                         {"fraction_of_read_bw", r.gbps / read_gbps}, {"sm_mhz", r.sm_mhz},
+                                        {"board_watts", r.watts}, {"joules_per_call", r.joules_per_call},
                                         {"sustain_seconds", g_sustain_seconds}, {"seconds_forward", fwd},
                                         {"seconds_reverse", rev}, {"order_spread", spread}});
           }
@@ -738,6 +783,15 @@ int main(int argc, char** argv) {
         line += " | SM MHz";
         for (KvDtype d : dtypes) {
           if (results[d].seconds > 0) line += fmt::format(" {} {:.0f}", quant::kv_dtype_name(d), results[d].sm_mhz);
+        }
+        if (g_board_energy != nullptr && row.timing == Timing::kGraph) {
+          line += " | board W, mJ/call";
+          for (KvDtype d : dtypes) {
+            if (results[d].joules_per_call > 0) {
+              line += fmt::format(" {} {:.0f} {:.3f}", quant::kv_dtype_name(d), results[d].watts,
+                                  results[d].joules_per_call * 1e3);
+            }
+          }
         }
         // nvfp4 at head_dim 64 and 128 has two step builds (tc_steps): time both on this row's plan
         // (graph timing).
