@@ -90,6 +90,7 @@
 #include "device_arena.h"
 #include "device_mem.h"
 #include "event_timing.h"
+#include "graph_timing.h"
 #include "board_energy.h"
 #include "sm_clock.h"
 #include "backend/cuda/decode_attention.h"
@@ -142,88 +143,13 @@ using nibble::bench::DeviceMem;
 
 // --sustain: seconds of graph replays before each graph timing's samples (0: none), and the board's
 // energy counter read across them (null where NVML has none).
-double g_sustain_seconds = 0.0;
-const nibble::bench::BoardEnergy* g_board_energy = nullptr;
-
-// A graph timing: median seconds per call; with --sustain and an energy counter, the board's mean
-// power and joules per call over the sustained replays (else 0).
-struct GraphTiming {
-  double seconds = 0;
-  double watts = 0;
-  double joules_per_call = 0;
-};
+nibble::bench::Sustain g_sustain;
 
 // Median seconds per call of fn(copy), launched eagerly from the host (event_timing.h: samples of
 // >= ~0.3 ms, at most 200 calls, 3 warm-up calls), copies rotated call by call.
 template <typename Fn>
 double median_seconds(Fn&& fn, int copies) {
   return nibble::bench::median_seconds_per_call([&](int n) { fn(n % copies); }, 0.3, 200, 3);
-}
-
-// Median seconds per call of fn(copy, stream) replayed from a CUDA graph: after 3 eager warm-up
-// calls (first-launch attribute setup happens there, outside the capture), N calls (copy k % copies,
-// N >= copies and >= ~0.3 ms of work) are captured once into a graph on a private stream; each of
-// 11 samples times one replay and divides by N. With g_sustain_seconds > 0 the graph is replayed
-// for that long first (four replays in flight at a time, so the GPU does not idle between them),
-// and the board's energy counter is read before and after those replays.
-template <typename Fn>
-GraphTiming graph_median_seconds(Fn&& fn, int copies) {
-  cudaStream_t stream;
-  NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaEvent_t start, stop;
-  NIBBLE_CUDA_CHECK(cudaEventCreate(&start));
-  NIBBLE_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) fn(i % copies, stream);
-  NIBBLE_CUDA_CHECK(cudaEventRecord(start, stream));
-  fn(0, stream);
-  NIBBLE_CUDA_CHECK(cudaEventRecord(stop, stream));
-  NIBBLE_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  NIBBLE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  const int calls = std::clamp(std::max(copies, static_cast<int>(std::ceil(0.3 / std::max(ms, 1e-4f)))), 1, 256);
-  cudaGraph_t graph;
-  NIBBLE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int k = 0; k < calls; ++k) fn(k % copies, stream);
-  NIBBLE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  NIBBLE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) NIBBLE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  GraphTiming timing;
-  if (g_sustain_seconds > 0) {
-    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const std::optional<double> joules_before = g_board_energy ? g_board_energy->joules() : std::nullopt;
-    const auto begin = std::chrono::steady_clock::now();
-    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(); };
-    int64_t replays = 0;
-    while (elapsed() < g_sustain_seconds) {
-      for (int i = 0; i < 4; ++i) NIBBLE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      NIBBLE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      replays += 4;
-    }
-    const double seconds = elapsed();
-    const std::optional<double> joules_after = g_board_energy ? g_board_energy->joules() : std::nullopt;
-    if (joules_before && joules_after && *joules_after > *joules_before) {
-      timing.watts = (*joules_after - *joules_before) / seconds;
-      timing.joules_per_call = (*joules_after - *joules_before) / static_cast<double>(replays * calls);
-    }
-  }
-  std::vector<double> samples;
-  for (int s = 0; s < 11; ++s) {
-    NIBBLE_CUDA_CHECK(cudaEventRecord(start, stream));
-    NIBBLE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    NIBBLE_CUDA_CHECK(cudaEventRecord(stop, stream));
-    NIBBLE_CUDA_CHECK(cudaEventSynchronize(stop));
-    NIBBLE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    samples.push_back(ms * 1e-3 / calls);
-  }
-  NIBBLE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  NIBBLE_CUDA_CHECK(cudaGraphDestroy(graph));
-  NIBBLE_CUDA_CHECK(cudaEventDestroy(start));
-  NIBBLE_CUDA_CHECK(cudaEventDestroy(stop));
-  NIBBLE_CUDA_CHECK(cudaStreamDestroy(stream));
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  timing.seconds = samples[samples.size() / 2];
-  return timing;
 }
 
 enum class Timing { kGraph, kEager };
@@ -257,7 +183,7 @@ struct DecodeResult {
   double seconds = 0;
   double gbps = 0;
   double sm_mhz = 0;  // the SM clock right after the timing (sm_clock.h)
-  double watts = 0, joules_per_call = 0;  // --sustain with an energy counter (GraphTiming), else 0
+  double watts = 0, joules_per_call = 0;  // --sustain with an energy counter (bench::GraphTiming), else 0
 };
 
 // One decode case: `batch` sequences of `ctx` tokens in `dtype`, pages in `copies` copies.
@@ -361,9 +287,9 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
                                          launch.reduce_spread_sms, true, stream);
     }
   };
-  const GraphTiming t = timing == Timing::kGraph
-                            ? graph_median_seconds(call, c.copies)
-                            : GraphTiming{median_seconds([&](int copy) { call(copy, nullptr); }, c.copies)};
+  const bench::GraphTiming t =
+      timing == Timing::kGraph ? bench::graph_median_seconds(call, c.copies, g_sustain)
+                               : bench::GraphTiming{median_seconds([&](int copy) { call(copy, nullptr); }, c.copies)};
   return {t.seconds, c.io_bytes(ctx, batch) / t.seconds * 1e-9, bench::sm_clock_mhz(c.plan.num_sms), t.watts,
           t.joules_per_call};
 }
@@ -573,7 +499,7 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "--sustain: '{}' is not a number of seconds in 0..600\n", text);
         return 2;
       }
-      g_sustain_seconds = v;
+      g_sustain.seconds = v;
     } else if (arg == "--write-shapes" && i + 1 < argc) {
       write_shapes_arg = argv[++i];
     } else if (arg == "--nvfp4-rule" && i + 1 < argc) {
@@ -621,9 +547,9 @@ int main(int argc, char** argv) {
     int cuda_device = 0;
     NIBBLE_CUDA_CHECK(cudaGetDevice(&cuda_device));
     const std::optional<bench::BoardEnergy> board_energy =
-        g_sustain_seconds > 0 ? bench::BoardEnergy::open(cuda_device) : std::nullopt;
-    g_board_energy = board_energy ? &*board_energy : nullptr;
-    if (g_sustain_seconds > 0) {
+        g_sustain.seconds > 0 ? bench::BoardEnergy::open(cuda_device) : std::nullopt;
+    g_sustain.energy = board_energy ? &*board_energy : nullptr;
+    if (g_sustain.seconds > 0) {
       fmt::print("board energy counter (NVML): {}\n",
                  board_energy ? "read across each sustained window: board W and mJ per call at the end of each row"
                               : "not available, no power column");
@@ -684,8 +610,8 @@ int main(int argc, char** argv) {
                "launched from the host back to back (includes host launch cost where it exceeds GPU time); "
                "cN = graph timing with the split plan forced to N-token items; SM MHz = the SM clock right after "
                "each format's timing (the lower of the two orders){}\n\n",
-               g_sustain_seconds > 0 ? fmt::format("; every graph timing after {} s of replays of its call (--sustain)",
-                                                   g_sustain_seconds)
+               g_sustain.seconds > 0 ? fmt::format("; every graph timing after {} s of replays of its call (--sustain)",
+                                                   g_sustain.seconds)
                                      : std::string());
 
     nlohmann::json report;
@@ -699,7 +625,7 @@ int main(int argc, char** argv) {
     report["orders"] = both_orders ? 2 : 1;
     report["timing"] = timing;
     report["timing_modes"] = "graph: CUDA-graph replay, per call; eager: host launches back to back";
-    report["sustain_seconds"] = g_sustain_seconds;
+    report["sustain_seconds"] = g_sustain.seconds;
 
     std::string header = fmt::format("{:>4} {:>7} {:>6} {:>6} |", "gqa", "ctx", "batch", "timing");
     for (KvDtype d : dtypes) header += fmt::format(" {:>22} |", fmt::format("{} us GB/s %BW", quant::kv_dtype_name(d)));
@@ -770,7 +696,7 @@ int main(int argc, char** argv) {
                                         {"seconds", r.seconds}, {"gbps", r.gbps},
                                         {"fraction_of_read_bw", r.gbps / read_gbps}, {"sm_mhz", r.sm_mhz},
                                         {"board_watts", r.watts}, {"joules_per_call", r.joules_per_call},
-                                        {"sustain_seconds", g_sustain_seconds}, {"seconds_forward", fwd},
+                                        {"sustain_seconds", g_sustain.seconds}, {"seconds_forward", fwd},
                                         {"seconds_reverse", rev}, {"order_spread", spread}});
           }
         }
@@ -784,7 +710,7 @@ int main(int argc, char** argv) {
         for (KvDtype d : dtypes) {
           if (results[d].seconds > 0) line += fmt::format(" {} {:.0f}", quant::kv_dtype_name(d), results[d].sm_mhz);
         }
-        if (g_board_energy != nullptr && row.timing == Timing::kGraph) {
+        if (g_sustain.energy != nullptr && row.timing == Timing::kGraph) {
           line += " | board W, mJ/call";
           for (KvDtype d : dtypes) {
             if (results[d].joules_per_call > 0) {
