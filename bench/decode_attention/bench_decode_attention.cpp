@@ -7,7 +7,7 @@
 //                          [--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]
 //                          [--timing graph|eager|both] [--chunks C1,C2,...] [--page-size N]
 //                          [--head-dim 64|128|256] [--kv-heads N] [--write-shapes TOKENS:G,...]
-//                          [--sustain SECONDS]
+//                          [--sustain SECONDS] [--units auto|off|8|16]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
@@ -115,6 +115,9 @@ int g_kv_heads = 8;
 // Tokens per KV page (--page-size): the engine's default unless given (EngineOptions::page_size,
 // `nibble serve --page-size`). The rounds of docs/PERFORMANCE.md before the seventh used 64.
 int64_t g_page_size = 16;
+// Spanning units (--units): -1 the plan's rule, 0 never, 8 or 16 the long-item build of that many
+// warps wherever its units are long enough (DecodePlanInputs::span_units_warps).
+int g_span_units_warps = -1;
 
 struct Device {
   int sms = 0;
@@ -234,6 +237,7 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
   plan_in.group_chunks = cuda::decode_group_chunks(c.num_q_heads, g_kv_heads);
   plan_in.num_sms = dev.sms;
   plan_in.force_chunk_tokens = force_chunk;
+  plan_in.span_units_warps = g_span_units_warps;
   c.plan = cuda::plan_decode_splits(plan_in);
   return c;
 }
@@ -491,6 +495,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       (head_dim ? g_head_dim : g_kv_heads) = static_cast<int>(v);
+    } else if (arg == "--units" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      if (text != "auto" && text != "off" && text != "8" && text != "16") {
+        fmt::print(stderr, "--units: '{}' is not auto, off, 8 or 16\n", text);
+        return 2;
+      }
+      g_span_units_warps = text == "auto" ? -1 : text == "off" ? 0 : std::stoi(text);
     } else if (arg == "--sustain" && i + 1 < argc) {
       const std::string text = argv[++i];
       char* tail = nullptr;
@@ -514,7 +525,7 @@ int main(int argc, char** argv) {
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
                  "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
                  "[--chunks C1,C2,...] [--page-size N] [--head-dim 64|128|256] [--kv-heads N] "
-                 "[--write-shapes TOKENS:G,...] [--sustain SECONDS]\nunknown argument '{}'\n",
+                 "[--write-shapes TOKENS:G,...] [--sustain SECONDS] [--units auto|off|8|16]\nunknown argument '{}'\n",
                  argv[0], arg);
       return 2;
     }
@@ -693,6 +704,7 @@ int main(int argc, char** argv) {
                                         {"batch", batch}, {"timing", timing_name(row.timing)},
                                         {"chunk_tokens", cases[d]->plan.chunk_tokens},
                                         {"block_warps", cases[d]->plan.block_warps}, {"forced_chunk", row.chunk > 0},
+                                        {"units", cases[d]->plan.num_units}, {"spans_units", cases[d]->plan.spans_units()},
                                         {"seconds", r.seconds}, {"gbps", r.gbps},
                                         {"fraction_of_read_bw", r.gbps / read_gbps}, {"sm_mhz", r.sm_mhz},
                                         {"board_watts", r.watts}, {"joules_per_call", r.joules_per_call},
@@ -726,16 +738,20 @@ int main(int argc, char** argv) {
         if (row.timing == Timing::kGraph && two_step_builds && cases.count(KvDtype::kNVFP4) &&
             cases[KvDtype::kNVFP4]) {
           const DecodeCase& c = *cases[KvDtype::kNVFP4];
-          const double s1 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 1).seconds;
+          // Units that span sequences run only in the long-item builds (no 16-token-step build).
+          const double s1 = c.plan.spans_units() ? 0.0 : bench_decode(arena, c, ctx, batch, Timing::kGraph, 1).seconds;
           const double s2 = bench_decode(arena, c, ctx, batch, Timing::kGraph, 2).seconds;
           const int warps = c.plan.block_warps > 0 && c.plan.chunk_tokens >= cuda::kDecodeWideItemTokens
                                 ? c.plan.block_warps
                                 : cuda::detail::kTcWarps;
-          line += fmt::format(" | nvfp4 item {} tok, any-plan builds: 16-tok steps {:.1f} us, 32-tok steps "
+          line += fmt::format(" | nvfp4 {} {} tok, any-plan builds: 16-tok steps {}, 32-tok steps "
                               "({} warps/block) {:.1f} us",
-                              c.plan.chunk_tokens, s1 * 1e6, warps, s2 * 1e6);
+                              c.plan.spans_units() ? fmt::format("{} units of ~", c.plan.num_units) : "item",
+                              c.plan.chunk_tokens, s1 > 0 ? fmt::format("{:.1f} us", s1 * 1e6) : "-", warps,
+                              s2 * 1e6);
           report["nvfp4_steps"].push_back({{"group", group}, {"ctx", ctx}, {"batch", batch},
                                            {"chunk_tokens", c.plan.chunk_tokens}, {"block_warps", warps},
+                                           {"units", c.plan.num_units}, {"spans_units", c.plan.spans_units()},
                                            {"steps1_seconds", s1}, {"steps2_seconds", s2}});
         }
         fmt::print("{}\n", line);

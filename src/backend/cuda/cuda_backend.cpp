@@ -213,6 +213,7 @@ std::unique_ptr<PlannedStep> CudaBackend::plan(const StepPlan& plan) {
                      .page_size = plan.page_size,
                      .split_planned = split.has_value(),
                      .num_work = split ? split->num_work : 0,
+                     .num_units = split ? split->num_units : 0,
                      .max_splits = split ? split->max_splits : 0};
   GraphEntry& entry = graphs_.find_or_add(key, stream_);
   step->bind(entry.memory, stream_);  // inputs into the entry's fixed buffers, outside any graph
@@ -712,7 +713,7 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                           // f32 weights are the exact mode: p enters P·V as exact hi + lo halves.
                           .exact_p = weights_ == WeightPrecision::kF32};
   recorder_.op({11, sig(dec.plan_device.data()), sig(dec.partial_out.data()), sig(dec.partial_lse.data()),
-                sig_i(dec.plan.num_work), sig(page_tables), sig_i(merge_early_trigger_),
+                sig_i(dec.plan.num_work), sig_i(dec.plan.num_units), sig(page_tables), sig_i(merge_early_trigger_),
                 sig_i(decode_prefix_before_wait_), sig_i(decode_spread_blocks_)},
                [this, params] { cuda::decode_attention(params, stream_); });
   if (!s.all_decode()) {

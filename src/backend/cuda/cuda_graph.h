@@ -37,6 +37,7 @@ struct GraphKey {
   int64_t page_size = 0;
   bool split_planned = false;  // the decode kernel with a split plan (else the chunk kernel)
   int32_t num_work = 0;
+  int32_t num_units = 0;  // the decode grid's (DecodeSplitPlan::num_units)
   int32_t max_splits = 0;
   bool operator==(const GraphKey&) const = default;
 };

@@ -121,9 +121,12 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
                "decode attention: a device pointer is null (q {}, out {}, pool {}, page_tables {}, plan_device {})",
                p.q != nullptr, p.out != nullptr, p.pool != nullptr, p.page_tables != nullptr, p.plan_device != nullptr);
   NIBBLE_CHECK(plan.num_seqs > 0 && plan.num_work >= plan.num_seqs &&
-                   static_cast<int64_t>(plan.seq_work_offset.size()) == plan.num_seqs + 1,
-               "decode attention: malformed plan (num_seqs {}, num_work {}, {} sequence offsets)", plan.num_seqs,
-               plan.num_work, plan.seq_work_offset.size());
+                   static_cast<int64_t>(plan.seq_work_offset.size()) == plan.num_seqs + 1 && plan.num_units > 0 &&
+                   plan.num_units <= plan.num_work &&
+                   static_cast<int64_t>(plan.unit_first_item.size()) == plan.num_units + 1,
+               "decode attention: malformed plan (num_seqs {}, num_work {}, {} sequence offsets, num_units {}, {} "
+               "unit offsets)",
+               plan.num_seqs, plan.num_work, plan.seq_work_offset.size(), plan.num_units, plan.unit_first_item.size());
   NIBBLE_CHECK(p.page_bytes > 0 && p.page_bytes % 16 == 0,
                "decode attention: page_bytes must be a positive multiple of 16, got {}", p.page_bytes);
   // The tensor-core kernel forms page addresses as a 32 x 32 -> 64-bit product (page index · page_bytes).
@@ -170,6 +173,7 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   args.work_begin = p.plan_device + plan.num_work;
   args.work_end = p.plan_device + 2 * plan.num_work;
   args.seq_work_offset = p.plan_device + 3 * plan.num_work;
+  args.unit_first_item = p.plan_device + 3 * plan.num_work + plan.num_seqs + 1;
   args.partial_out = p.partial_out;
   args.partial_lse = p.partial_lse;
   args.num_q_heads = static_cast<int>(p.num_q_heads);
@@ -188,6 +192,7 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   args.rotate = p.rotation == quant::Rotation::kHadamard;
 
   args.num_work = plan.num_work;
+  args.num_units = plan.num_units;
   args.early_dependents = p.early_dependents;
   // A split plan's merge must be scheduled while the decode kernel drains; without splits the
   // decode kernel is the call's last, and its dependent is the stream's next kernel, which then
@@ -201,8 +206,8 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   launch.head_dim = static_cast<int>(head_dim);
   launch.max_group = max_group;
   launch.grid = dim3(static_cast<unsigned>(plan.num_work), static_cast<unsigned>(kv_heads * group_chunks));
-  // The tensor-core kernel takes a 1-D grid of num_work × (kv_heads · group_chunks) blocks.
-  launch.grid_tc = dim3(static_cast<unsigned>(plan.num_work * kv_heads * group_chunks));
+  // The tensor-core kernel takes a 1-D grid of num_units × (kv_heads · group_chunks) blocks.
+  launch.grid_tc = dim3(static_cast<unsigned>(plan.num_units * kv_heads * group_chunks));
   launch.num_seqs = plan.num_seqs;
   launch.split = plan.max_splits > 1;
   launch.max_splits = plan.max_splits;
@@ -218,6 +223,12 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   if (short_item_build) launch.tc_steps = 1;
   const bool long_item_build = plan.block_warps > 0 && launch.tc_steps == 2 && !launch.tc_few_blocks;
   launch.tc_warps = long_item_build || short_item_build ? plan.block_warps : detail::kTcWarps;
+  // Units of several items run only in the long-item builds (decode_attention_tc.cuh, kUnits).
+  launch.tc_units = plan.spans_units();
+  NIBBLE_CHECK(!plan.spans_units() || long_item_build,
+               "decode attention: the plan's units span sequences ({} units, {} items) but the launch is not a "
+               "long-item build (block_warps {}, chunk_tokens {})",
+               plan.num_units, plan.num_work, plan.block_warps, plan.chunk_tokens);
   launch.tc_one_p = vf == ElemFormat::kNVFP4 && !p.exact_p;
   // The merge's blocks, scheduled while the decode kernel runs (PDL), land wherever an SM has room
   // at that moment: where the decode blocks take every register (nvfp4's 8- and 16-warp builds),
@@ -250,7 +261,7 @@ namespace {
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_tc(const DecodeLaunch& l, cudaStream_t stream) {
   launch_decode_attention_tc<KF, VF>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks, l.tc_warps, l.tc_one_p,
-                                     l.max_blocks_per_sm, l.grid_tc, stream);
+                                     l.tc_units, l.max_blocks_per_sm, l.grid_tc, stream);
 }
 
 }  // namespace

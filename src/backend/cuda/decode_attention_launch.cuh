@@ -46,10 +46,11 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
   }
 }
 
-template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks, bool kOneP, int kWarps>
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks, bool kOneP, int kWarps,
+          bool kUnits>
 void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   using T = TcTraits<KF, VF, kHeadDim, kWarps>;
-  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks, kOneP, kWarps>;
+  auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks, kOneP, kWarps, kUnits>;
   static std::once_flag smem_raised;  // one per instantiation: room for the spread launch too
   std::call_once(smem_raised, [&] {
     NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -65,36 +66,53 @@ void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm,
 
 // The build with p as one f16 where V is nvfp4 and the caller allows it, else the exact one.
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false,
-          int kWarps = kTcWarps>
+          int kWarps = kTcWarps, bool kUnits = false>
 void launch_decode_tc_steps(const DecodeKernelArgs& args, bool one_p, int max_blocks_per_sm, dim3 grid,
                             cudaStream_t stream) {
   if constexpr (VF == quant::ElemFormat::kNVFP4) {
     if (one_p) {
-      launch_decode_tc_build<KF, VF, kHeadDim, kSteps, kFewBlocks, true, kWarps>(args, max_blocks_per_sm, grid, stream);
+      launch_decode_tc_build<KF, VF, kHeadDim, kSteps, kFewBlocks, true, kWarps, kUnits>(args, max_blocks_per_sm, grid,
+                                                                                         stream);
       return;
     }
   }
-  launch_decode_tc_build<KF, VF, kHeadDim, kSteps, kFewBlocks, false, kWarps>(args, max_blocks_per_sm, grid, stream);
+  launch_decode_tc_build<KF, VF, kHeadDim, kSteps, kFewBlocks, false, kWarps, kUnits>(args, max_blocks_per_sm, grid,
+                                                                                      stream);
+}
+
+// A long-item build of kWarps, with the units loop where the plan's units span sequences (units).
+template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kWarps>
+void launch_decode_tc_long(const DecodeKernelArgs& args, bool one_p, bool units, int max_blocks_per_sm, dim3 grid,
+                           cudaStream_t stream) {
+  if (units) {
+    launch_decode_tc_steps<KF, VF, kHeadDim, 2, false, kWarps, true>(args, one_p, max_blocks_per_sm, grid, stream);
+  } else {
+    launch_decode_tc_steps<KF, VF, kHeadDim, 2, false, kWarps>(args, one_p, max_blocks_per_sm, grid, stream);
+  }
 }
 
 // steps: 1, or 2 where tc_steps(KF, VF, kHeadDim) is 2 (only then is the 32-token-step build made,
 // and its few-blocks build: few_blocks, DecodeLaunch::tc_few_blocks, and its long-item builds: warps,
 // DecodeLaunch::tc_warps; and, of 16-token steps, the few-blocks build in 4- and 8-warp blocks).
+// units: the plan's units span sequences (DecodeSplitPlan::spans_units; long-item builds only).
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim>
-void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, int warps, bool one_p,
+void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_blocks, int warps, bool one_p, bool units,
                             int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   constexpr int kMaxSteps = tc_steps(KF, VF, kHeadDim);
   if (steps < 1 || steps > kMaxSteps) {
     throw_unsupported("decode attention", "chunks per warp step", kMaxSteps == 2 ? "1, 2" : "1", steps);
+  }
+  if (units && (steps != 2 || few_blocks || (warps != kTcSmWarps && warps != kTcWideWarps))) {
+    throw_unsupported("decode attention", "build for units that span sequences (warps)", "8, 16", warps);
   }
   if constexpr (kMaxSteps == 2) {
     if (steps == 2) {
       if (few_blocks) {
         launch_decode_tc_steps<KF, VF, kHeadDim, 2, true>(args, one_p, max_blocks_per_sm, grid, stream);
       } else if (warps == kTcSmWarps) {
-        launch_decode_tc_steps<KF, VF, kHeadDim, 2, false, kTcSmWarps>(args, one_p, max_blocks_per_sm, grid, stream);
+        launch_decode_tc_long<KF, VF, kHeadDim, kTcSmWarps>(args, one_p, units, max_blocks_per_sm, grid, stream);
       } else if (warps == kTcWideWarps) {
-        launch_decode_tc_steps<KF, VF, kHeadDim, 2, false, kTcWideWarps>(args, one_p, max_blocks_per_sm, grid, stream);
+        launch_decode_tc_long<KF, VF, kHeadDim, kTcWideWarps>(args, one_p, units, max_blocks_per_sm, grid, stream);
       } else {
         launch_decode_tc_steps<KF, VF, kHeadDim, 2>(args, one_p, max_blocks_per_sm, grid, stream);
       }
@@ -116,16 +134,18 @@ void launch_decode_tc_shape(const DecodeKernelArgs& args, int steps, bool few_bl
 
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, int warps,
-                                bool one_p, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
+                                bool one_p, bool units, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   switch (head_dim) {
     case 64:
-      launch_decode_tc_shape<KF, VF, 64>(args, steps, few_blocks, warps, one_p, max_blocks_per_sm, grid, stream);
+      launch_decode_tc_shape<KF, VF, 64>(args, steps, few_blocks, warps, one_p, units, max_blocks_per_sm, grid, stream);
       break;
     case 128:
-      launch_decode_tc_shape<KF, VF, 128>(args, steps, few_blocks, warps, one_p, max_blocks_per_sm, grid, stream);
+      launch_decode_tc_shape<KF, VF, 128>(args, steps, few_blocks, warps, one_p, units, max_blocks_per_sm, grid,
+                                          stream);
       break;
     case 256:
-      launch_decode_tc_shape<KF, VF, 256>(args, steps, few_blocks, warps, one_p, max_blocks_per_sm, grid, stream);
+      launch_decode_tc_shape<KF, VF, 256>(args, steps, few_blocks, warps, one_p, units, max_blocks_per_sm, grid,
+                                          stream);
       break;
     default: throw_unsupported("decode attention", "head_dim", "64, 128, 256", head_dim);
   }

@@ -4,6 +4,6 @@
 namespace nibble::cuda::detail {
 
 template void launch_decode_attention_tc<quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4>(const DecodeKernelArgs&, int, int,
-                                                                                   bool, int, bool, int, dim3, cudaStream_t);
+                                                                                   bool, int, bool, bool, int, dim3, cudaStream_t);
 
 }  // namespace nibble::cuda::detail

@@ -27,6 +27,7 @@ struct DecodeKernelArgs {
   const int32_t* work_begin;   // [num_work]
   const int32_t* work_end;     // [num_work]
   const int32_t* seq_work_offset;  // [num_seqs + 1]
+  const int32_t* unit_first_item;  // [num_units + 1] (DecodeSplitPlan::unit_first_item)
   float* partial_out;      // [num_work][num_q_heads][head_dim]
   float* partial_lse;      // [num_work][num_q_heads]
   int num_q_heads;
@@ -39,7 +40,8 @@ struct DecodeKernelArgs {
   float q_multiplier;      // softmax_scale · log2(e) · g_k (· 1/sqrt(head_dim) when rotating)
   float v_global_scale;
   bool rotate;
-  int num_work;            // work items of the plan (tensor-core grid: num_work × kv_heads · group_chunks)
+  int num_work;            // work items of the plan
+  int num_units;           // units of the plan (tensor-core grid: num_units × kv_heads · group_chunks)
   bool early_dependents;   // the call's last kernel triggers the next at its start (DecodeAttentionParams)
   bool trigger_at_start;   // the decode kernel triggers its dependents at its start: the merge when the
                            // plan splits a sequence, else the next kernel when early_dependents
@@ -173,11 +175,12 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
 // (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks); warps
 // (kTcWarps; where tc_steps is 2, with 32-token steps and not few_blocks, also a long-item build's,
 // and with 16-token steps and few_blocks kTcWideWarps, the short-item build: DecodeLaunch::tc_warps);
-// one_p = p into P·V as one f16 (only where V is nvfp4: DecodeLaunch::tc_one_p).
+// one_p = p into P·V as one f16 (only where V is nvfp4: DecodeLaunch::tc_one_p); units = the plan's
+// units span sequences (DecodeLaunch::tc_units: a long-item build runs each unit's items in turn).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, int warps,
-                                bool one_p, int max_blocks_per_sm, dim3 grid, cudaStream_t stream);
+                                bool one_p, bool units, int max_blocks_per_sm, dim3 grid, cudaStream_t stream);
 
 // The split-KV merge (decode_reduce.cu); a sequence of one work item is skipped (the decode kernel
 // wrote it). max_items (the plan's max_splits) picks the kernel: up to 8 items one warp per query
@@ -198,7 +201,7 @@ struct DecodeLaunch {
   int head_dim;
   int max_group;   // group tile of the CUDA-core (f32) kernel
   dim3 grid;       // CUDA-core kernel: (num_work, kv_heads · group_chunks)
-  dim3 grid_tc;    // tensor-core kernel: num_work · kv_heads · group_chunks blocks
+  dim3 grid_tc;    // tensor-core kernel: num_units · kv_heads · group_chunks blocks
   int num_seqs;
   bool split;      // some sequence has > 1 work item: the reduce kernel must run
   int max_splits;  // most work items of one sequence (the plan's)
@@ -221,6 +224,8 @@ struct DecodeLaunch {
   // The softmax weights enter P·V as one f16 (decode_attention_tc.cuh, kOneP): where V is nvfp4 and
   // DecodeAttentionParams::exact_p is off.
   bool tc_one_p = false;
+  // The plan's units span sequences (DecodeSplitPlan::spans_units): the long-item build's units loop.
+  bool tc_units = false;
   // > 0: the split merge's blocks are spread over this many SMs (launch_decode_reduce; the plan's
   // SMs, decode_attention.cpp), so that its blocks, scheduled early (PDL), do not crowd onto the
   // few SMs with room beside the decode blocks; 0: as many per SM as fit.

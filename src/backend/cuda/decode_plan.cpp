@@ -14,6 +14,7 @@ std::vector<int32_t> DecodeSplitPlan::packed() const {
   out.insert(out.end(), work_begin.begin(), work_begin.end());
   out.insert(out.end(), work_end.begin(), work_end.end());
   out.insert(out.end(), seq_work_offset.begin(), seq_work_offset.end());
+  out.insert(out.end(), unit_first_item.begin(), unit_first_item.end());
   return out;
 }
 
@@ -134,6 +135,77 @@ int64_t short_build_granules(const DecodePlanInputs& in, int64_t cg) {
   return cg;
 }
 
+// Spanning units of long-item build b (decode_plan.h, "Spanning units"): its slots' worth of units
+// (num_sms · blocks_per_sm / blocks per unit), each the same number of whole rounds (give or take
+// one) of the batch's sequences laid end to end. 0 when a unit would hold fewer than
+// kDecodeWideItemTokens tokens (or b is none).
+int64_t span_unit_count(const DecodePlanInputs& in, const DecodeLongItemBuild& b) {
+  if (b.warps <= 0) return 0;
+  const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
+  int64_t rounds = 0;
+  for (int32_t len : in.seq_lens) rounds += (len + round - 1) / round;
+  const int64_t units = std::min(rounds, in.num_sms * b.blocks_per_sm / (in.num_kv_heads * in.group_chunks));
+  return units >= 1 && rounds * round >= units * kDecodeWideItemTokens ? units : 0;
+}
+
+// The items of `units` spanning units of build b: unit u takes rounds [u·R / units, (u + 1)·R / units)
+// of the R rounds of all sequences in order, cut into one item per sequence it touches; a sequence's
+// last item ends at its length.
+void span_units(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t units, DecodeSplitPlan& plan) {
+  const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
+  const int64_t num_seqs = static_cast<int64_t>(in.seq_lens.size());
+  int64_t rounds = 0;
+  for (int32_t len : in.seq_lens) rounds += (len + round - 1) / round;
+  int64_t seq = 0, seq_round = 0;  // the next round to assign: round seq_round of sequence seq
+  plan.seq_work_offset.assign(1, 0);
+  for (int64_t u = 0; u < units; ++u) {
+    plan.unit_first_item.push_back(static_cast<int32_t>(plan.work_seq.size()));
+    int64_t left = (u + 1) * rounds / units - u * rounds / units;
+    while (left > 0) {
+      const int64_t len = in.seq_lens[seq];
+      const int64_t take = std::min(left, (len + round - 1) / round - seq_round);
+      plan.work_seq.push_back(static_cast<int32_t>(seq));
+      plan.work_begin.push_back(static_cast<int32_t>(seq_round * round));
+      plan.work_end.push_back(static_cast<int32_t>(std::min(len, (seq_round + take) * round)));
+      left -= take;
+      seq_round += take;
+      if (seq_round * round >= len) {
+        ++seq, seq_round = 0;
+        plan.seq_work_offset.push_back(static_cast<int32_t>(plan.work_seq.size()));
+      }
+    }
+  }
+  NIBBLE_CHECK(seq == num_seqs, "decode plan: spanning units covered {} of {} sequences", seq, num_seqs);
+  plan.unit_first_item.push_back(static_cast<int32_t>(plan.work_seq.size()));
+  plan.num_units = static_cast<int32_t>(units);
+  plan.block_warps = b.warps;
+  // The units' mean length, rounded up to a round: what the launch's build choices read.
+  plan.chunk_tokens = static_cast<int32_t>((rounds + units - 1) / units * round);
+}
+
+// Whether the rule takes build b's spanning units over the chunk plan of `chunk` tokens (decode_plan.h,
+// "Spanning units"): where that plan runs no long-item build and b is the 8-warp one, with units of at
+// least kDecodeSpanUnitTokens.
+bool span_units_pay(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t units, int64_t chunk) {
+  if (b.blocks_per_sm != kDecodeSpanUnitBlocksPerSm) return false;
+  for (const DecodeLongItemBuild& other : in.long_items) {
+    if (wide_fits(in, other, chunk / kDecodeSplitGranule)) return false;
+  }
+  const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
+  int64_t rounds = 0;
+  for (int32_t len : in.seq_lens) rounds += (len + round - 1) / round;
+  return rounds * round >= units * kDecodeSpanUnitTokens;
+}
+
+// num_work and max_splits from the items.
+void finish_plan(DecodeSplitPlan& plan) {
+  plan.num_work = static_cast<int32_t>(plan.work_seq.size());
+  plan.max_splits = 1;
+  for (int32_t s = 0; s < plan.num_seqs; ++s) {
+    plan.max_splits = std::max(plan.max_splits, plan.seq_work_offset[s + 1] - plan.seq_work_offset[s]);
+  }
+}
+
 }  // namespace
 
 DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
@@ -221,6 +293,19 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
 
   DecodeSplitPlan plan;
   plan.num_seqs = static_cast<int32_t>(num_seqs);
+  plan.num_sms = static_cast<int32_t>(in.num_sms);
+  // Spanning units instead of chunks (decode_plan.h): a forced build, or the rule's.
+  if (in.force_chunk_tokens <= 0 && in.span_units_warps != 0) {
+    for (const DecodeLongItemBuild& b : in.long_items) {
+      if (b.warps <= 0 || (in.span_units_warps > 0 && b.warps != in.span_units_warps)) continue;
+      const int64_t units = span_unit_count(in, b);
+      if (units > 0 && (in.span_units_warps > 0 || span_units_pay(in, b, units, chunk))) {
+        span_units(in, b, units, plan);
+        finish_plan(plan);
+        return plan;
+      }
+    }
+  }
   plan.chunk_tokens = static_cast<int32_t>(chunk);
   // The first long-item build whose rule the chunk meets: the heuristic's choice above (a build
   // rejected there has fewer, longer items on its own plan, so it cannot fit the chosen one), or a
@@ -238,7 +323,6 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     plan.block_warps = in.short_item_warps;
     tail_tokens = kDecodeShortItemTailTokens;
   }
-  plan.num_sms = static_cast<int32_t>(in.num_sms);
   plan.seq_work_offset.reserve(num_seqs + 1);
   for (int64_t s = 0; s < num_seqs; ++s) {
     plan.seq_work_offset.push_back(static_cast<int32_t>(plan.work_seq.size()));
@@ -249,11 +333,11 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       plan.work_begin.push_back(static_cast<int32_t>(i * chunk));
       plan.work_end.push_back(static_cast<int32_t>(i + 1 < items ? (i + 1) * chunk : len));
     }
-    const auto splits = static_cast<int32_t>(items);
-    plan.max_splits = std::max(plan.max_splits, splits);
   }
   plan.seq_work_offset.push_back(static_cast<int32_t>(plan.work_seq.size()));
-  plan.num_work = static_cast<int32_t>(plan.work_seq.size());
+  plan.num_units = static_cast<int32_t>(plan.work_seq.size());
+  for (int32_t w = 0; w <= plan.num_units; ++w) plan.unit_first_item.push_back(w);
+  finish_plan(plan);
   return plan;
 }
 

@@ -85,6 +85,26 @@ inline constexpr int64_t kDecodeMinChunkTokens = 256;   // the usual floor (Deco
 // (2 x 1025 at 8 KV heads: 16 items of 128 tokens, 128 blocks, instead of 18 with a 1-token item
 // each, whose 144 blocks leave the build for 4-warp blocks).
 inline constexpr int64_t kDecodeShortItemRounds = 4;
+
+// Spanning units (DecodePlanInputs::span_units_warps, DecodeSplitPlan::unit_first_item). A chunk plan
+// cuts every sequence alike, so a batch whose rows (sequences × KV heads) do not match the slots
+// leaves blocks idle or takes short items: 31 × 32K at 8 KV heads is 248 rows on 264 slots of the
+// 8-warp build, where its rule took 4-warp blocks of 1792-token items instead (0.67 × fp8). Units
+// cut the batch's sequences, laid end to end, into one run of whole rounds per slot group (33 units ×
+// 8 KV heads = 264 blocks of the 8-warp build on 132 SMs), so every block gets the same work; a
+// block runs its unit's items in turn (one per sequence it touches), and a sequence cut between
+// units is merged as any split one. The build that runs them holds the items loop, which costs it
+// ~4% against the one-item build on the same plan (its registers: 28-64 bytes spilled in the
+// prologue; 32 × 32K 307.6 against 292.8-294.6 µs), so the rule takes units only where the chunk
+// plan has no long-item build and the units are long: H200, 2026-12-02, graph replays, GQA 4, 8 KV
+// heads, nvfp4 µs, chunk plan / 8-warp units / 16-warp units (bench_decode_attention --units off|8|16):
+// 32K x 17 183.7 / 173.4 / 174.6, x 20 206.4 / 203.6 / 200.8, x 31 330.4 / 300.6 / 307.0, x 34
+// 339.0 / 329.0 / 334.0 (GQA 8 x 31 336.8 / 300.7 / 307.6); where the chunk plan runs a long-item
+// build, units lose or tie: 32K x 8 79.0 / 91.8 / 79.2, x 32 292.8 / 310.9 / 304.4, x 64 577.1 /
+// 601.0 / 604.2, 128K x 8 285.8 / 311.3 / 285.8; and so do short units: 16K x 31 (15.4K-token
+// units) 151.5 / 161.2 / 167.1, 8K x 31 79.5 / 89.1 / 95.8, 4K x 128 158.9 / 180.3 / 211.4.
+inline constexpr int64_t kDecodeSpanUnitTokens = 16384;
+inline constexpr int64_t kDecodeSpanUnitBlocksPerSm = 2;  // the 8-warp build's
 inline constexpr int64_t kDecodeShortItemTailTokens = kTcChunkTokens;
 
 inline constexpr int64_t kDecodeWideItemTokens = 4096;
@@ -130,6 +150,10 @@ struct DecodePlanInputs {
   // kDecodeShortItemRounds where that grid fills at least a quarter of the SMs.
   int64_t short_item_whole_rounds = 3;
   int64_t force_chunk_tokens = 0;  // > 0: use this chunk size (a multiple of the granule); tests
+  // Units that span sequences (kDecodeSpanUnitTokens above): -1 the plan's rule, 0 never, or the
+  // warps of one of long_items' builds to use that build's units wherever they are at least
+  // kDecodeWideItemTokens long (benchmarks and tests compare them).
+  int32_t span_units_warps = -1;
 };
 
 struct DecodeSplitPlan {
@@ -140,15 +164,23 @@ struct DecodeSplitPlan {
   int32_t num_sms = 0;        // the SMs it was sized for (DecodePlanInputs::num_sms)
   int32_t block_warps = 0;    // the long- or short-item build it is for (DecodeLongItemBuild::warps,
                               // DecodePlanInputs::short_item_warps), forced chunks too; 0 = none
-  // The device copy is one int32 array (packed()), laid out as
-  //   [work_seq: num_work][work_begin: num_work][work_end: num_work][seq_work_offset: num_seqs + 1]
   std::vector<int32_t> work_seq;         // [num_work] sequence of each item
   std::vector<int32_t> work_begin;       // [num_work] first token of the item
   std::vector<int32_t> work_end;         // [num_work] one past its last token
   std::vector<int32_t> seq_work_offset;  // [num_seqs + 1] first item of each sequence
+  // A block's work: unit u = items unit_first_item[u] .. unit_first_item[u + 1] - 1, run one after
+  // the other (the tensor-core grid is num_units × kv_heads · group_chunks blocks). One item per unit
+  // unless the plan spans sequences (spans_units, kDecodeSpanUnitTokens); only the long-item builds
+  // run units of several.
+  int32_t num_units = 0;
+  std::vector<int32_t> unit_first_item;  // [num_units + 1]
+  bool spans_units() const { return num_units != num_work; }
 
+  // The device copy, one int32 array:
+  //   [work_seq: num_work][work_begin: num_work][work_end: num_work][seq_work_offset: num_seqs + 1]
+  //   [unit_first_item: num_units + 1]
   std::vector<int32_t> packed() const;
-  int64_t packed_size() const { return 3 * static_cast<int64_t>(num_work) + num_seqs + 1; }
+  int64_t packed_size() const { return 3 * static_cast<int64_t>(num_work) + num_seqs + 1 + num_units + 1; }
 };
 
 // Throws nibble::Error on an empty batch, a length < 1 or a bad chunk size.

@@ -60,6 +60,10 @@ struct RunSpec {
   // >= 0: the plan is offered only that one of the format's long-item builds (decode_long_item_builds),
   // so that small runs reach the 8-warp one too; -1: all of them, as the engine.
   int only_long_build = -1;
+  // DecodePlanInputs::span_units_warps (-1: the plan's rule) and the SMs the plan is sized for (0: the
+  // device's): a few SMs let small runs make units that span sequences.
+  int32_t span_units = -1;
+  int64_t plan_sms = 0;
   // The plan is offered the format's short-item build (decode_short_item_warps: 8-warp blocks, one
   // 16-token chunk per warp, for 128-token items on a grid of one block per SM), as the engine; off:
   // those items run 4-warp blocks, two chunks per warp.
@@ -281,12 +285,19 @@ void run_and_compare(const RunSpec& r) {
     const DecodeSplitPlan plan = plan_decode_splits({.seq_lens = r.seq_lens,
                                                      .num_kv_heads = r.kv_heads,
                                                      .group_chunks = decode_group_chunks(num_q_heads, r.kv_heads),
-                                                     .num_sms = test::device_sm_count(),
+                                                     .num_sms = r.plan_sms > 0 ? r.plan_sms
+                                                                                : test::device_sm_count(),
                                                      .long_items = long_builds,
                                                      .short_item_warps = r.short_item_build
                                                                              ? decode_short_item_warps(kl.format, vl.format, d)
                                                                              : 0,
-                                                     .force_chunk_tokens = chunk});
+                                                     .force_chunk_tokens = chunk,
+                                                     .span_units_warps = r.span_units});
+    // A forced units build must give units that span sequences, or this run tests something else.
+    if (r.span_units > 0 && chunk == 0) {
+      ASSERT_TRUE(plan.spans_units()) << r.span_units << " warps, " << plan.num_work << " items";
+      ASSERT_EQ(plan.block_warps, r.span_units);
+    }
     const DeviceBuffer d_plan = DeviceBuffer::from(plan.packed());
     DeviceBuffer partial_out(std::max<int64_t>(1, decode_partial_out_floats(plan, num_q_heads, d)) * sizeof(float));
     DeviceBuffer partial_lse(static_cast<size_t>(plan.num_work) * num_q_heads * sizeof(float));
@@ -510,6 +521,26 @@ TEST(CudaDecodeNvfp4Steps, LongItemBuildsMatchTheOracle) {
         run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = head_dim, .kv_heads = 2, .group = group,
                          .page_size = 16, .seq_lens = {8197, 4096, 33}, .chunk_variants = {4096},
                          .only_long_build = build});
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// Units that span sequences (decode_plan.h), in both long-item builds: a block runs its unit's items
+// one after the other, a sequence cut between units is merged, one held whole in a unit is written
+// directly; lengths that end mid-step, on a page, below one round and of one token; grouped heads in
+// one and two head chunks, rotation. The plan is sized for 8 SMs, so that these small runs make
+// units (8 of ~4K tokens at 8 warps, 4 of ~8K at 16); the chunk variant 0 is the units plan.
+TEST(CudaDecodeNvfp4Steps, SpanningUnitsMatchTheOracle) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (int head_dim : {64, 128}) {
+    for (int warps : {8, 16}) {
+      for (int group : {4, 12}) {
+        run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = head_dim, .kv_heads = 2, .group = group,
+                         .page_size = 16, .seq_lens = {8197, 4096, 33, 20000, 1, 1000},
+                         .rotation = group == 12 ? Rotation::kHadamard : Rotation::kNone, .chunk_variants = {0},
+                         .span_units = warps, .plan_sms = 8});
         if (HasFailure()) return;
       }
     }

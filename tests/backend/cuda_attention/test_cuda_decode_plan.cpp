@@ -3,7 +3,9 @@
 // are not.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/decode_attention.h"  // decode_item_granules
@@ -32,9 +34,19 @@ void expect_covers(const DecodeSplitPlan& plan, const std::vector<int32_t>& lens
     max_splits = std::max(max_splits, plan.seq_work_offset[s + 1] - plan.seq_work_offset[s]);
   }
   EXPECT_EQ(plan.max_splits, max_splits);
+  // Units: consecutive runs of items, every item in exactly one; one item each unless they span.
+  ASSERT_EQ(static_cast<int64_t>(plan.unit_first_item.size()), plan.num_units + 1);
+  EXPECT_EQ(plan.unit_first_item.front(), 0);
+  EXPECT_EQ(plan.unit_first_item.back(), plan.num_work);
+  for (int32_t u = 0; u < plan.num_units; ++u) EXPECT_LT(plan.unit_first_item[u], plan.unit_first_item[u + 1]);
+  if (!plan.spans_units()) {
+    for (int32_t u = 0; u <= plan.num_units; ++u) EXPECT_EQ(plan.unit_first_item[u], u);
+  }
   const std::vector<int32_t> packed = plan.packed();
   ASSERT_EQ(static_cast<int64_t>(packed.size()), plan.packed_size());
   EXPECT_EQ(packed[3 * plan.num_work + plan.num_seqs], plan.num_work);
+  const int64_t units_at = 3 * static_cast<int64_t>(plan.num_work) + plan.num_seqs + 1;
+  for (int32_t u = 0; u <= plan.num_units; ++u) EXPECT_EQ(packed[units_at + u], plan.unit_first_item[u]);
 }
 
 TEST(DecodeSplitPlan, SplitsOneLongSequenceToFillTheGpu) {
@@ -360,6 +372,124 @@ TEST(DecodeSplitPlan, ShortItemBuildOnItsItemsAtOneBlockPerSm) {
   EXPECT_EQ(with.block_warps, 8);
   EXPECT_EQ(without.chunk_tokens, 64);
   EXPECT_EQ(without.block_warps, 0);
+}
+
+// Spanning units (decode_plan.h): each long-item build's slots' worth of units, the sequences laid end
+// to end and cut into units of whole rounds of the build's warps, equal to within one round; a unit
+// holds one item per sequence it touches, each ending on a round or at its sequence's end.
+TEST(DecodeSplitPlan, SpanningUnitsCutTheBatchIntoEqualRunsOfRounds) {
+  using quant::ElemFormat;
+  const auto builds = decode_long_item_builds(ElemFormat::kNVFP4, ElemFormat::kNVFP4, 128);
+  struct Case {
+    std::vector<int32_t> lens;
+    int32_t warps, kv_heads;
+    int32_t units;  // expected
+  };
+  const std::vector<int32_t> mixed = {40000, 100, 7000, 33000, 65, 131072, 4097};
+  const Case cases[] = {
+      {std::vector<int32_t>(32, 32768), 8, 8, 33},   // 264 slots of 8 KV heads' blocks
+      {std::vector<int32_t>(32, 32768), 16, 8, 16},  // 132 slots: 128 blocks, two whole sequences each
+      {std::vector<int32_t>(31, 32768), 8, 8, 33},
+      {std::vector<int32_t>(17, 32768), 8, 8, 33},
+      {std::vector<int32_t>(8, 32768), 8, 8, 33},
+      {std::vector<int32_t>(6, 32768), 16, 11, 12},  // 11 KV heads: 12 units, 132 blocks
+      {mixed, 8, 8, 33},
+      {mixed, 16, 4, 33},
+  };
+  for (const Case& c : cases) {
+    const auto plan = plan_decode_splits({.seq_lens = c.lens, .num_kv_heads = c.kv_heads, .num_sms = 132,
+                                          .blocks_per_sm = 4, .item_granule_multiple = 2, .long_items = builds,
+                                          .span_units_warps = c.warps});
+    const std::string what = std::to_string(c.lens.size()) + " sequences, " + std::to_string(c.warps) + " warps";
+    expect_covers(plan, c.lens);
+    ASSERT_EQ(plan.num_units, c.units) << what;
+    EXPECT_EQ(plan.block_warps, c.warps) << what;
+    const int64_t round = 32 * c.warps;
+    int64_t rounds = 0;
+    for (int32_t len : c.lens) rounds += (len + round - 1) / round;
+    EXPECT_EQ(plan.chunk_tokens, (rounds + c.units - 1) / c.units * round) << what;
+    EXPECT_GE(plan.chunk_tokens, kDecodeWideItemTokens) << what;
+    for (int32_t u = 0; u < plan.num_units; ++u) {
+      int64_t unit_rounds = 0;
+      for (int32_t w = plan.unit_first_item[u]; w < plan.unit_first_item[u + 1]; ++w) {
+        const int32_t len = c.lens[plan.work_seq[w]];
+        EXPECT_EQ(plan.work_begin[w] % round, 0) << what << ", item " << w;
+        EXPECT_TRUE(plan.work_end[w] % round == 0 || plan.work_end[w] == len) << what << ", item " << w;
+        // One item per sequence in a unit: its items' sequences increase.
+        if (w > plan.unit_first_item[u]) EXPECT_GT(plan.work_seq[w], plan.work_seq[w - 1]) << what;
+        unit_rounds += (plan.work_end[w] - plan.work_begin[w] + round - 1) / round;
+      }
+      EXPECT_GE(unit_rounds, rounds / c.units) << what << ", unit " << u;
+      EXPECT_LE(unit_rounds, (rounds + c.units - 1) / c.units) << what << ", unit " << u;
+    }
+  }
+  // Units shorter than kDecodeWideItemTokens are not made: the chunk plan stays (1 x 8K: 16 units of
+  // 512 tokens on the 16-warp build; 132 x 4K on the 8-warp one: 33 units of 16 rounds, 4096 tokens,
+  // are long enough).
+  const std::vector<int32_t> short_batch(1, 8192);
+  const auto chunked = plan_decode_splits({.seq_lens = short_batch, .num_kv_heads = 8, .num_sms = 132,
+                                           .blocks_per_sm = 4, .item_granule_multiple = 2, .long_items = builds,
+                                           .span_units_warps = 16});
+  expect_covers(chunked, short_batch);
+  EXPECT_FALSE(chunked.spans_units());
+  const std::vector<int32_t> many(132, 4096);
+  const auto spanning = plan_decode_splits({.seq_lens = many, .num_kv_heads = 8, .num_sms = 132, .blocks_per_sm = 4,
+                                            .item_granule_multiple = 2, .long_items = builds,
+                                            .span_units_warps = 8});
+  expect_covers(spanning, many);
+  EXPECT_EQ(spanning.num_units, 33);
+  // Never with a forced chunk, or when turned off.
+  for (const auto& [force, warps] : {std::pair<int64_t, int32_t>{4096, 8}, {0, 0}}) {
+    const std::vector<int32_t> lens(31, 32768);
+    const auto plan = plan_decode_splits({.seq_lens = lens, .num_kv_heads = 8, .num_sms = 132, .blocks_per_sm = 4,
+                                          .item_granule_multiple = 2, .long_items = builds,
+                                          .force_chunk_tokens = force, .span_units_warps = warps});
+    expect_covers(plan, lens);
+    EXPECT_FALSE(plan.spans_units()) << force << " " << warps;
+  }
+}
+
+// The plan's own rule (decode_plan.h, kDecodeSpanUnitTokens): units of the 8-warp build where the chunk
+// plan runs no long-item build and the units hold >= 16384 tokens; the chunk plan elsewhere. Each
+// case as measured on the H200 (graph replays, GQA 4, nvfp4 d128, 8 KV heads).
+TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
+  struct Case {
+    int32_t batch, ctx;
+    int32_t units;  // 0: the chunk plan
+  };
+  const Case cases[] = {
+      {17, 32768, 33},   // 183.7 -> 173.4 us
+      {20, 32768, 33},   // 206.4 -> 203.6
+      {31, 32768, 33},   // 330.4 -> 300.6
+      {34, 32768, 33},   // 339.0 -> 329.0
+      {8, 32768, 0},     // 16-warp build, 16K items: 79.0 (units 91.8)
+      {32, 32768, 0},    // 8-warp build, whole sequences: 292.8 (310.9)
+      {64, 32768, 0},    // 8-warp build, two waves: 577.1 (601.0)
+      {8, 131072, 0},    // 285.8 (311.3)
+      {31, 16384, 0},    // units of 15.4K tokens: 151.5 (161.2)
+      {31, 8192, 0},     // 79.5 (89.1)
+      {1, 4096, 0},
+  };
+  for (const Case& c : cases) {
+    const std::vector<int32_t> lens(c.batch, c.ctx);
+    DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
+    in.seq_lens = lens;
+    in.num_kv_heads = 8;
+    in.num_sms = 132;
+    const auto plan = plan_decode_splits(in);
+    expect_covers(plan, lens);
+    EXPECT_EQ(plan.spans_units(), c.units > 0) << c.batch << " x " << c.ctx;
+    if (c.units > 0) {
+      EXPECT_EQ(plan.num_units, c.units) << c.batch << " x " << c.ctx;
+      EXPECT_EQ(plan.block_warps, 8) << c.batch << " x " << c.ctx;
+    }
+    // Other formats have no long-item builds, so no units.
+    DecodePlanInputs fp8 = decode_plan_format_inputs(quant::ElemFormat::kFP8, quant::ElemFormat::kFP8, 128);
+    fp8.seq_lens = lens;
+    fp8.num_kv_heads = 8;
+    fp8.num_sms = 132;
+    EXPECT_FALSE(plan_decode_splits(fp8).spans_units()) << c.batch << " x " << c.ctx;
+  }
 }
 
 // The spread launches (the decode kernel's and the split merge's) size each block's shared memory
