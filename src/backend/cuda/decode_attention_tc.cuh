@@ -155,9 +155,12 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
   // builds (kUnits, below) a plan's units may span sequences (decode_plan.h, "Spanning units"); every
   // other build runs one item per unit (the launch checks), without the extra read. Every item waits
   // for the previous kernel (griddepcontrol.wait returns at once after the first) and may copy its
-  // chunks before the last token's before that wait. Each item reads its thread and block indices
-  // afresh (special_reg): held across the steady loop for the next item they spilled 28-64 bytes in
-  // the 8- and 16-warp builds, which run at the register file's bound (128 per thread).
+  // chunks before the last token's before that wait. The loop costs the 8- and 16-warp builds, which
+  // run at the register file's bound (128 per thread), 28-64 bytes spilled in the prologue and ~4%
+  // on the same plan (32 x 32K, one item per unit: 307.6 against 294.6 us; H200, 2026-12-02), which
+  // is why it has instantiations of its own. Tried there and no better: the loop's bounds read again
+  // per item, the first item peeled (120-152 bytes), the block's indices read per item through
+  // volatile moves (44-76), the per-item body not inlined (80-152), one Q·K^T chain.
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, c = lane % 4;
   const int head_chunks = gridDim.x / a.num_units;
