@@ -7,7 +7,7 @@
 //                          [--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]
 //                          [--timing graph|eager|both] [--chunks C1,C2,...] [--page-size N]
 //                          [--head-dim 64|128|256] [--kv-heads N] [--write-shapes TOKENS:G,...]
-//                          [--sustain SECONDS] [--units auto|off|8|16]
+//                          [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
@@ -87,6 +87,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graph.h"  // graph_batch_bucket
 #include "device_arena.h"
 #include "device_mem.h"
 #include "event_timing.h"
@@ -118,6 +119,11 @@ int64_t g_page_size = 16;
 // Spanning units (--units): -1 the plan's rule, 0 never, 8 or 16 the long-item build of that many
 // warps wherever its units are long enough (DecodePlanInputs::span_units_warps).
 int g_span_units_warps = -1;
+// --engine-batches: each shape's batch padded to the engine's CUDA-graph bucket with sequences of
+// kEnginePadTokens tokens, as runtime/forward_step.cpp pads decode steps (backend::graph_batch_bucket:
+// 31 -> 32, 17 -> 24, 34 -> 48); their plan is the engine's. GB/s counts the real sequences' bytes.
+bool g_engine_batches = false;
+constexpr int32_t kEnginePadTokens = 2;
 
 struct Device {
   int sms = 0;
@@ -195,12 +201,16 @@ struct DecodeCase {
   int64_t pages_per_seq = 0, pages_per_copy = 0, copy_bytes = 0;
   int copies = 0;
   int64_t num_q_heads = 0, q_elems = 0;
+  // Sequences the call runs: the shape's batch, then (--engine-batches) the padding sequences of 2
+  // tokens that fill it to the engine's graph bucket (runtime/forward_step.cpp); their page-table
+  // rows point at the copy's first page.
+  int64_t seqs = 0;
   cuda::DecodeSplitPlan plan{};
 
-  std::vector<int64_t> region_bytes(int64_t batch) const {
+  std::vector<int64_t> region_bytes() const {
     std::vector<int64_t> b(kNumRegions, 0);
     b[kPool] = copies * copy_bytes;
-    b[kTables] = copies * batch * pages_per_seq * 4;
+    b[kTables] = copies * seqs * pages_per_seq * 4;
     b[kPlan] = plan.packed_size() * 4;
     b[kPartialOut] = cuda::decode_partial_out_floats(plan, num_q_heads, g_head_dim) * 4;
     b[kPartialLse] = static_cast<int64_t>(plan.num_work) * num_q_heads * 4;
@@ -228,8 +238,10 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
   c.copies = static_cast<int>(std::clamp<int64_t>((4 * dev.l2_bytes + c.copy_bytes - 1) / c.copy_bytes, 1,
                                                   std::min<int64_t>(64, budget / c.copy_bytes)));
   c.num_q_heads = static_cast<int64_t>(g_kv_heads) * shape.group;
-  c.q_elems = shape.batch * c.num_q_heads * g_head_dim;
-  const std::vector<int32_t> lens(shape.batch, static_cast<int32_t>(shape.ctx));
+  c.seqs = g_engine_batches ? std::max<int64_t>(shape.batch, backend::graph_batch_bucket(shape.batch)) : shape.batch;
+  c.q_elems = c.seqs * c.num_q_heads * g_head_dim;
+  std::vector<int32_t> lens(shape.batch, static_cast<int32_t>(shape.ctx));
+  lens.resize(c.seqs, kEnginePadTokens);
   // The plan as the engine makes it (decode_plan_format_inputs), or forced to items of force_chunk.
   cuda::DecodePlanInputs plan_in = cuda::decode_plan_format_inputs(c.layout.k(0).format, c.layout.v(0).format, g_head_dim);
   plan_in.seq_lens = lens;
@@ -248,18 +260,19 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
 // the plan's long-item build where it has one (DecodeSplitPlan::block_warps), else of 4 warps.
 DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t ctx, int64_t batch, Timing timing,
                           int tc_steps = 0) {
-  const std::vector<int64_t> bytes = c.region_bytes(batch);
+  const std::vector<int64_t> bytes = c.region_bytes();
   uint8_t* pool = arena.at<uint8_t>(kPool, bytes[kPool]);
   int32_t* d_tables = arena.at<int32_t>(kTables, bytes[kTables]);
   int32_t* d_plan = arena.at<int32_t>(kPlan, bytes[kPlan]);
   float* q = arena.at<float>(kQ, bytes[kQ]);
   NIBBLE_CUDA_CHECK(cudaMemset(pool, 0x33, bytes[kPool]));
   // Page tables per copy [copies][batch][pages_per_seq]; pages of a sequence scattered (strided).
-  std::vector<int32_t> tables(c.copies * batch * c.pages_per_seq);
+  std::vector<int32_t> tables(c.copies * c.seqs * c.pages_per_seq);
   for (int k = 0; k < c.copies; ++k)
-    for (int64_t s = 0; s < batch; ++s)
+    for (int64_t s = 0; s < c.seqs; ++s)
       for (int64_t p = 0; p < c.pages_per_seq; ++p)
-        tables[(k * batch + s) * c.pages_per_seq + p] = static_cast<int32_t>(k * c.pages_per_copy + p * batch + s);
+        tables[(k * c.seqs + s) * c.pages_per_seq + p] =
+            static_cast<int32_t>(k * c.pages_per_copy + (s < batch ? p * batch + s : 0));
   NIBBLE_CUDA_CHECK(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
   const std::vector<int32_t> packed = c.plan.packed();
   NIBBLE_CUDA_CHECK(cudaMemcpy(d_plan, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice));
@@ -274,7 +287,7 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
                                      .k_layout = c.layout.k(0), .v_layout = c.layout.v(0),
                                      .softmax_scale = 1.0f / std::sqrt(static_cast<float>(g_head_dim))};
   auto call = [&](int copy, cudaStream_t stream) {
-    params.page_tables = d_tables + copy * batch * c.pages_per_seq;
+    params.page_tables = d_tables + copy * c.seqs * c.pages_per_seq;
     if (tc_steps == 0) {
       cuda::decode_attention(params, stream);
       return;
@@ -495,6 +508,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       (head_dim ? g_head_dim : g_kv_heads) = static_cast<int>(v);
+    } else if (arg == "--engine-batches") {
+      g_engine_batches = true;
     } else if (arg == "--units" && i + 1 < argc) {
       const std::string text = argv[++i];
       if (text != "auto" && text != "off" && text != "8" && text != "16") {
@@ -525,7 +540,8 @@ int main(int argc, char** argv) {
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
                  "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
                  "[--chunks C1,C2,...] [--page-size N] [--head-dim 64|128|256] [--kv-heads N] "
-                 "[--write-shapes TOKENS:G,...] [--sustain SECONDS] [--units auto|off|8|16]\nunknown argument '{}'\n",
+                 "[--write-shapes TOKENS:G,...] [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches]\n"
+                 "unknown argument '{}'\n",
                  argv[0], arg);
       return 2;
     }
@@ -596,10 +612,10 @@ int main(int argc, char** argv) {
     for (const Shape& shape : shapes)
       for (KvDtype d : dtypes) {
         if (const std::optional<DecodeCase> c = make_decode_case(dev, d, shape))
-          arena_layout.require(c->region_bytes(shape.batch));
+          arena_layout.require(c->region_bytes());
         for (int64_t chunk : chunks)
           if (const std::optional<DecodeCase> c = make_decode_case(dev, d, shape, chunk))
-            arena_layout.require(c->region_bytes(shape.batch));
+            arena_layout.require(c->region_bytes());
       }
     for (const WriteShape& w : write_shapes)
       for (KvDtype d : dtypes) arena_layout.require(write_region_bytes(d, w.tokens));
@@ -614,8 +630,11 @@ int main(int argc, char** argv) {
                     : "time = median of one pass per shape, formats in the given order (--one-order)";
     fmt::print("{}\n", timing);
     fmt::print("decode attention, head_dim {}, page {}, {} KV heads, q f32, output f32; GB/s counts KV bytes "
-               "(incl. scales) + q + output; %BW = of the read bandwidth above\n",
-               g_head_dim, g_page_size, g_kv_heads);
+               "(incl. scales) + q + output; %BW = of the read bandwidth above{}\n",
+               g_head_dim, g_page_size, g_kv_heads,
+               g_engine_batches ? "; each batch padded to the engine's graph bucket with 2-token sequences "
+                                  "(--engine-batches)"
+                                : "");
     fmt::print("timing column: graph = CUDA-graph replay of N captured calls, per call (GPU time of decode kernel + "
                "reduce, no host launch cost; what the engine's graph-replayed decode steps see); eager = calls "
                "launched from the host back to back (includes host launch cost where it exceeds GPU time); "

@@ -184,8 +184,9 @@ void span_units(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_
 }
 
 // Whether the rule takes build b's spanning units over the chunk plan of `chunk` tokens (decode_plan.h,
-// "Spanning units"): where that plan runs no long-item build and b is the 8-warp one, with units of at
-// least kDecodeSpanUnitTokens.
+// "Spanning units"): where that plan runs no long-item build, b is the 8-warp one, the units hold at
+// least kDecodeSpanUnitTokens, and no sequence is shorter than one of b's rounds (the engine's padding
+// sequences: one unit would run them all, one after the other).
 bool span_units_pay(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t units, int64_t chunk) {
   if (b.blocks_per_sm != kDecodeSpanUnitBlocksPerSm) return false;
   for (const DecodeLongItemBuild& other : in.long_items) {
@@ -193,7 +194,10 @@ bool span_units_pay(const DecodePlanInputs& in, const DecodeLongItemBuild& b, in
   }
   const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
   int64_t rounds = 0;
-  for (int32_t len : in.seq_lens) rounds += (len + round - 1) / round;
+  for (int32_t len : in.seq_lens) {
+    if (len < round) return false;
+    rounds += (len + round - 1) / round;
+  }
   return rounds * round >= units * kDecodeSpanUnitTokens;
 }
 

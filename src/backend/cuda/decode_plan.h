@@ -102,7 +102,14 @@ inline constexpr int64_t kDecodeShortItemRounds = 4;
 // 339.0 / 329.0 / 334.0 (GQA 8 x 31 336.8 / 300.7 / 307.6); where the chunk plan runs a long-item
 // build, units lose or tie: 32K x 8 79.0 / 91.8 / 79.2, x 32 292.8 / 310.9 / 304.4, x 64 577.1 /
 // 601.0 / 604.2, 128K x 8 285.8 / 311.3 / 285.8; and so do short units: 16K x 31 (15.4K-token
-// units) 151.5 / 161.2 / 167.1, 8K x 31 79.5 / 89.1 / 95.8, 4K x 128 158.9 / 180.3 / 211.4.
+// units) 151.5 / 161.2 / 167.1, 8K x 31 79.5 / 89.1 / 95.8, 4K x 128 158.9 / 180.3 / 211.4. Nor do
+// batches with sequences shorter than a round, such as the engine's: with CUDA graphs it pads a decode
+// batch to its graph bucket (backend::graph_batch_bucket) with 2-token sequences, which the units then
+// chain into the last unit, one prologue and epilogue each (bench_decode_attention --engine-batches,
+// chunk plan / 8-warp units: 32K x 33 (+15) 321.8 / 366.0, x 34 (+14) 330.2 / 371.7, x 17 (+7)
+// 183.6 / 193.5, 16K x 33 182.4 / 218.5; a few gained: 128K x 17 670.3 / 643.0, 32K x 23 237.0 /
+// 230.6). The engine's padded batches have plan cliffs of their own (32K x 50 (+14): 574.2 µs, 0.718
+// x fp8; 16K x 50: 0.748): docs/cuda_kernels.md, "Not done yet".
 inline constexpr int64_t kDecodeSpanUnitTokens = 16384;
 inline constexpr int64_t kDecodeSpanUnitBlocksPerSm = 2;  // the 8-warp build's
 inline constexpr int64_t kDecodeShortItemTailTokens = kTcChunkTokens;

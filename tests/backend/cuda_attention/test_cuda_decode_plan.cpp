@@ -450,7 +450,8 @@ TEST(DecodeSplitPlan, SpanningUnitsCutTheBatchIntoEqualRunsOfRounds) {
 }
 
 // The plan's own rule (decode_plan.h, kDecodeSpanUnitTokens): units of the 8-warp build where the chunk
-// plan runs no long-item build and the units hold >= 16384 tokens; the chunk plan elsewhere. Each
+// plan runs no long-item build, the units hold >= 16384 tokens and no sequence is shorter than a
+// round; the chunk plan elsewhere. Each
 // case as measured on the H200 (graph replays, GQA 4, nvfp4 d128, 8 KV heads).
 TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
   struct Case {
@@ -482,6 +483,16 @@ TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
     if (c.units > 0) {
       EXPECT_EQ(plan.num_units, c.units) << c.batch << " x " << c.ctx;
       EXPECT_EQ(plan.block_warps, 8) << c.batch << " x " << c.ctx;
+    }
+    // The engine's batch (CUDA graphs on): padded to its graph bucket with 2-token sequences, which
+    // the units would chain into one block (decode_plan.h): the chunk plan.
+    if (c.units > 0) {
+      std::vector<int32_t> padded = lens;
+      padded.resize(static_cast<size_t>(c.batch) + 1, 2);
+      in.seq_lens = padded;
+      const auto with_pad = plan_decode_splits(in);
+      expect_covers(with_pad, padded);
+      EXPECT_FALSE(with_pad.spans_units()) << c.batch << " x " << c.ctx << " + a padding sequence";
     }
     // Other formats have no long-item builds, so no units.
     DecodePlanInputs fp8 = decode_plan_format_inputs(quant::ElemFormat::kFP8, quant::ElemFormat::kFP8, 128);
