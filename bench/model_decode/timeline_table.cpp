@@ -130,7 +130,7 @@ std::string timeline_table(const std::vector<KernelRecord>& records, double untr
       std::string key;
       const bool in_layer = layers.count > 0 && k >= layers.first && k < layers.first + layers.count * layers.period;
       if (in_layer) {
-        key = fmt::format("layer, kernel {}: {}", (k - layers.first) % layers.period + 1, label_of(r));
+        key = fmt::format("layer, kernel {}: {} x {}", (k - layers.first) % layers.period + 1, r.name, r.block);
       } else {
         key = fmt::format("{} #{}: {}", k < layers.first ? "before the layers" : "after the layers", k, label_of(r));
       }
