@@ -36,6 +36,16 @@ int64_t count_items(const DecodePlanInputs& in, int64_t chunk_granules, int64_t 
   return items;
 }
 
+// Work items of sequences longer than kDecodeWholeSequenceShortTokens: the engine's padding
+// sequences (2 tokens, decode_plan.h) run their blocks in whichever slots free first.
+int64_t count_long_items(const DecodePlanInputs& in, int64_t chunk_granules) {
+  int64_t items = 0;
+  for (int32_t len : in.seq_lens) {
+    if (len > kDecodeWholeSequenceShortTokens) items += items_of(len, chunk_granules * kDecodeSplitGranule, 0);
+  }
+  return items;
+}
+
 // Whether a plan of `chunk_tokens` runs the short-item build: 128 to 512 tokens (one to four 16-token
 // chunks per warp of its 8: kDecodeShortItemRounds), a tail of one chunk joined to the item before
 // it, on a grid of at most one block per SM.
@@ -234,6 +244,7 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   }
 
   int64_t chunk = 0;
+  const DecodeLongItemBuild* whole_build = nullptr;  // whole sequences on this build (above)
   if (in.force_chunk_tokens > 0) {
     NIBBLE_CHECK(in.force_chunk_tokens % kDecodeSplitGranule == 0,
                  "decode plan: chunk of {} tokens is not a multiple of {}", in.force_chunk_tokens, kDecodeSplitGranule);
@@ -269,12 +280,31 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
           chunk_for_slots(in, max_granules, min_granules, in.blocks_per_sm, in.item_granule_multiple);
       if (cg_full * kDecodeSplitGranule >= kDecodeLongItemTokens) cg = cg_full;
       // The first long-item build whose items, sized for its own slots, are long enough (wide_fits).
+      bool long_build = false;
       for (const DecodeLongItemBuild& b : in.long_items) {
         if (b.warps <= 0) continue;
         const int64_t cg_wide =
             chunk_for_slots(in, max_granules, min_granules, b.blocks_per_sm, b.item_granule_multiple);
         if (wide_fits(in, b, cg_wide)) {
           cg = cg_wide;
+          long_build = true;
+          break;
+        }
+      }
+      // Else whole sequences on the first long-item build they fill to kDecodeWholeSequenceFill in
+      // one wave (decode_plan.h): the wave rule above had cut them into short items.
+      for (const DecodeLongItemBuild& b : in.long_items) {
+        if (long_build || b.warps <= 0) continue;
+        const int64_t whole = (max_granules + b.item_granule_multiple - 1) / b.item_granule_multiple *
+                              b.item_granule_multiple;
+        const int64_t blocks = count_long_items(in, whole) * in.num_kv_heads * in.group_chunks;
+        const int64_t slots = in.num_sms * b.blocks_per_sm;
+        const int64_t whole_tokens = whole * kDecodeSplitGranule;
+        if (whole_tokens >= kDecodeWholeSequenceTokens && whole_tokens <= kDecodeWholeSequenceMaxTokens &&
+            blocks <= slots &&
+            static_cast<double>(blocks) >= kDecodeWholeSequenceFill * static_cast<double>(slots)) {
+          cg = whole;
+          whole_build = &b;
           break;
         }
       }
@@ -303,7 +333,7 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     for (const DecodeLongItemBuild& b : in.long_items) {
       if (b.warps <= 0 || (in.span_units_warps > 0 && b.warps != in.span_units_warps)) continue;
       const int64_t units = span_unit_count(in, b);
-      if (units > 0 && (in.span_units_warps > 0 || span_units_pay(in, b, units, chunk))) {
+      if (units > 0 && (in.span_units_warps > 0 || (whole_build == nullptr && span_units_pay(in, b, units, chunk)))) {
         span_units(in, b, units, plan);
         finish_plan(plan);
         return plan;
@@ -313,13 +343,14 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
   plan.chunk_tokens = static_cast<int32_t>(chunk);
   // The first long-item build whose rule the chunk meets: the heuristic's choice above (a build
   // rejected there has fewer, longer items on its own plan, so it cannot fit the chosen one), or a
-  // forced chunk's.
+  // forced chunk's; or the build of whole sequences.
   for (const DecodeLongItemBuild& b : in.long_items) {
     if (wide_fits(in, b, chunk / kDecodeSplitGranule)) {
       plan.block_warps = b.warps;
       break;
     }
   }
+  if (whole_build != nullptr) plan.block_warps = whole_build->warps;
   // The short-item build: one to four 16-token chunks per warp, at most one block per SM; its
   // sequences' tails of one chunk join the item before them.
   int64_t tail_tokens = 0;

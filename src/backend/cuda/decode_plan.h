@@ -111,6 +111,24 @@ inline constexpr int64_t kDecodeShortItemRounds = 4;
 // 230.6). The engine's padded batches have plan cliffs of their own (32K x 50 (+14): 574.2 µs, 0.718
 // x fp8; 16K x 50: 0.748): docs/cuda_kernels.md, "Not done yet".
 inline constexpr int64_t kDecodeSpanUnitTokens = 16384;
+
+// Whole sequences on a long-item build. The split rule keeps the fewest splits within 5% of the best
+// wave efficiency, which at 31 x 32K (248 rows on the 8-warp build's 264 slots: 94%) cut the
+// sequences into 1792-token items on 4-warp blocks (330.4 us, 0.671 x fp8), where whole sequences
+// on the 8-warp build run as 32 x 32K's do; the engine's step happened to run that (its 2-token
+// padding sequence made 256 rows: 292.1 us per layer). Where the long-item rules find no build, the
+// plan takes whole sequences of kDecodeWholeSequenceTokens to kDecodeWholeSequenceMaxTokens on the
+// first build they fill to kDecodeWholeSequenceFill in one wave, sequences of at most
+// kDecodeWholeSequenceShortTokens (the engine's padding) not counted. H200, 2026-12-02, graph
+// replays, both orders, GQA 4, nvfp4 us (fp8 beside it), before -> whole sequences: 32K x 31 300.4
+// (units) -> 291.5 (484.3), 32K x 15 157.6 -> 146.1 (16-warp build; 252.3), 16K x 15 92.9 -> 76.8
+// (132.7), GQA 8 32K x 31 298.6 -> 291.9; the engine's padded batches (--engine-batches) 32K x 33
+// (+15) 318.0 -> 294.1 (507.4), 16K x 33 182.9 -> 152.5 (270.3); 16K x 31, 8K x 31 and 64K x 31
+// equal; 128K x 31 1125.1 (units) -> 1139.2, hence the upper bound.
+inline constexpr int64_t kDecodeWholeSequenceTokens = 16384;
+inline constexpr int64_t kDecodeWholeSequenceMaxTokens = 65536;
+inline constexpr double kDecodeWholeSequenceFill = 0.9;
+inline constexpr int64_t kDecodeWholeSequenceShortTokens = kTcChunkTokens;
 inline constexpr int64_t kDecodeSpanUnitBlocksPerSm = 2;  // the 8-warp build's
 inline constexpr int64_t kDecodeShortItemTailTokens = kTcChunkTokens;
 

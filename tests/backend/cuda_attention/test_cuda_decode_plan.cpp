@@ -461,13 +461,14 @@ TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
   const Case cases[] = {
       {17, 32768, 33},   // 183.7 -> 173.4 us
       {20, 32768, 33},   // 206.4 -> 203.6
-      {31, 32768, 33},   // 330.4 -> 300.6
       {34, 32768, 33},   // 339.0 -> 329.0
+      {31, 131072, 33},  // 1116.6 -> 1125.1; whole sequences 1139.2 (past kDecodeWholeSequenceMaxTokens)
       {8, 32768, 0},     // 16-warp build, 16K items: 79.0 (units 91.8)
       {32, 32768, 0},    // 8-warp build, whole sequences: 292.8 (310.9)
       {64, 32768, 0},    // 8-warp build, two waves: 577.1 (601.0)
       {8, 131072, 0},    // 285.8 (311.3)
       {31, 16384, 0},    // units of 15.4K tokens: 151.5 (161.2)
+      {31, 32768, 0},    // whole sequences (below): 291.5 against units 300.4, 330.4 before
       {31, 8192, 0},     // 79.5 (89.1)
       {1, 4096, 0},
   };
@@ -500,6 +501,38 @@ TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
     fp8.num_kv_heads = 8;
     fp8.num_sms = 132;
     EXPECT_FALSE(plan_decode_splits(fp8).spans_units()) << c.batch << " x " << c.ctx;
+  }
+}
+
+// Whole sequences on a long-item build where the long-item rules find none and the sequences (16K to
+// 64K tokens) fill it to 90% in one wave, the engine's 2-token padding sequences not counted
+// (decode_plan.h, kDecodeWholeSequenceTokens); measured on the H200 as in the comments.
+TEST(DecodeSplitPlan, WholeSequencesOnALongItemBuildTheyFill) {
+  struct Case {
+    int32_t batch, ctx, pads;
+    int32_t warps;  // expected block_warps, 0 = not whole sequences
+  };
+  const Case cases[] = {
+      {31, 32768, 0, 8},    // 248 of 264 slots: 330.4 (1792-token 4-warp items) -> 291.5 us
+      {15, 32768, 0, 16},   // 120 of 132: 157.6 -> 146.1
+      {15, 16384, 0, 16},   // 92.9 -> 76.8
+      {33, 32768, 15, 8},   // the engine's 33 -> 48: 318.0 -> 294.1
+      {33, 16384, 15, 8},   // 182.9 -> 152.5
+      {20, 16384, 4, 0},    // 160 rows: 61% of the 8-warp build's slots
+      {17, 32768, 0, 0},    // 136 of 264 slots: units instead
+      {31, 131072, 0, 0},   // longer than kDecodeWholeSequenceMaxTokens: units instead
+  };
+  for (const Case& c : cases) {
+    std::vector<int32_t> lens(c.batch, c.ctx);
+    lens.resize(static_cast<size_t>(c.batch + c.pads), 2);
+    DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
+    in.seq_lens = lens;
+    in.num_kv_heads = 8;
+    in.num_sms = 132;
+    const auto plan = plan_decode_splits(in);
+    expect_covers(plan, lens);
+    const bool whole = !plan.spans_units() && plan.num_work == c.batch + c.pads && plan.block_warps > 0;
+    EXPECT_EQ(whole ? plan.block_warps : 0, c.warps) << c.batch << " (+" << c.pads << ") x " << c.ctx;
   }
 }
 
