@@ -145,6 +145,13 @@ int64_t short_build_granules(const DecodePlanInputs& in, int64_t cg) {
   return cg;
 }
 
+// Rounds of `round` tokens in the batch, each sequence's last round counted whole.
+int64_t rounds_of(const DecodePlanInputs& in, int64_t round) {
+  int64_t rounds = 0;
+  for (int32_t len : in.seq_lens) rounds += (len + round - 1) / round;
+  return rounds;
+}
+
 // Spanning units of long-item build b (decode_plan.h, "Spanning units"): its slots' worth of units
 // (num_sms · blocks_per_sm / blocks per unit), each the same number of whole rounds (give or take
 // one) of the batch's sequences laid end to end. 0 when a unit would hold fewer than
@@ -152,8 +159,7 @@ int64_t short_build_granules(const DecodePlanInputs& in, int64_t cg) {
 int64_t span_unit_count(const DecodePlanInputs& in, const DecodeLongItemBuild& b) {
   if (b.warps <= 0) return 0;
   const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
-  int64_t rounds = 0;
-  for (int32_t len : in.seq_lens) rounds += (len + round - 1) / round;
+  const int64_t rounds = rounds_of(in, round);
   const int64_t units = std::min(rounds, in.num_sms * b.blocks_per_sm / (in.num_kv_heads * in.group_chunks));
   return units >= 1 && rounds * round >= units * kDecodeWideItemTokens ? units : 0;
 }
@@ -164,8 +170,7 @@ int64_t span_unit_count(const DecodePlanInputs& in, const DecodeLongItemBuild& b
 void span_units(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t units, DecodeSplitPlan& plan) {
   const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
   const int64_t num_seqs = static_cast<int64_t>(in.seq_lens.size());
-  int64_t rounds = 0;
-  for (int32_t len : in.seq_lens) rounds += (len + round - 1) / round;
+  const int64_t rounds = rounds_of(in, round);
   int64_t seq = 0, seq_round = 0;  // the next round to assign: round seq_round of sequence seq
   plan.seq_work_offset.assign(1, 0);
   for (int64_t u = 0; u < units; ++u) {
@@ -203,12 +208,10 @@ bool span_units_pay(const DecodePlanInputs& in, const DecodeLongItemBuild& b, in
     if (wide_fits(in, other, chunk / kDecodeSplitGranule)) return false;
   }
   const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
-  int64_t rounds = 0;
   for (int32_t len : in.seq_lens) {
     if (len < round) return false;
-    rounds += (len + round - 1) / round;
   }
-  return rounds * round >= units * kDecodeSpanUnitTokens;
+  return rounds_of(in, round) * round >= units * kDecodeSpanUnitTokens;
 }
 
 // num_work and max_splits from the items.

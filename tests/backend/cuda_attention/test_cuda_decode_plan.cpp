@@ -3,6 +3,7 @@
 // are not.
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -449,6 +450,15 @@ TEST(DecodeSplitPlan, SpanningUnitsCutTheBatchIntoEqualRunsOfRounds) {
   }
 }
 
+// The plan inputs the engine makes for Llama-3-8B's attention (8 KV heads, head_dim 128) on an H200.
+DecodePlanInputs engine_inputs(quant::ElemFormat format, std::span<const int32_t> lens) {
+  DecodePlanInputs in = decode_plan_format_inputs(format, format, 128);
+  in.seq_lens = lens;
+  in.num_kv_heads = 8;
+  in.num_sms = 132;
+  return in;
+}
+
 // The plan's own rule (decode_plan.h, kDecodeSpanUnitTokens): units of the 8-warp build where the chunk
 // plan runs no long-item build, the units hold >= 16384 tokens and no sequence is shorter than a
 // round; the chunk plan elsewhere. Each
@@ -474,10 +484,7 @@ TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
   };
   for (const Case& c : cases) {
     const std::vector<int32_t> lens(c.batch, c.ctx);
-    DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
-    in.seq_lens = lens;
-    in.num_kv_heads = 8;
-    in.num_sms = 132;
+    DecodePlanInputs in = engine_inputs(quant::ElemFormat::kNVFP4, lens);
     const auto plan = plan_decode_splits(in);
     expect_covers(plan, lens);
     EXPECT_EQ(plan.spans_units(), c.units > 0) << c.batch << " x " << c.ctx;
@@ -496,11 +503,8 @@ TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
       EXPECT_FALSE(with_pad.spans_units()) << c.batch << " x " << c.ctx << " + a padding sequence";
     }
     // Other formats have no long-item builds, so no units.
-    DecodePlanInputs fp8 = decode_plan_format_inputs(quant::ElemFormat::kFP8, quant::ElemFormat::kFP8, 128);
-    fp8.seq_lens = lens;
-    fp8.num_kv_heads = 8;
-    fp8.num_sms = 132;
-    EXPECT_FALSE(plan_decode_splits(fp8).spans_units()) << c.batch << " x " << c.ctx;
+    EXPECT_FALSE(plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, lens)).spans_units())
+        << c.batch << " x " << c.ctx;
   }
 }
 
@@ -525,10 +529,7 @@ TEST(DecodeSplitPlan, WholeSequencesOnALongItemBuildTheyFill) {
   for (const Case& c : cases) {
     std::vector<int32_t> lens(c.batch, c.ctx);
     lens.resize(static_cast<size_t>(c.batch + c.pads), 2);
-    DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
-    in.seq_lens = lens;
-    in.num_kv_heads = 8;
-    in.num_sms = 132;
+    DecodePlanInputs in = engine_inputs(quant::ElemFormat::kNVFP4, lens);
     const auto plan = plan_decode_splits(in);
     expect_covers(plan, lens);
     const bool whole = !plan.spans_units() && plan.num_work == c.batch + c.pads && plan.block_warps > 0;
