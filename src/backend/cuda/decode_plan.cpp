@@ -36,6 +36,23 @@ int64_t count_items(const DecodePlanInputs& in, int64_t chunk_granules, int64_t 
   return items;
 }
 
+// The batch without its trailing sequences of at most kDecodeWholeSequenceShortTokens: the engine's
+// padding (decode_plan.h), whose blocks come last in the grid and take whichever slots free first,
+// so the long-item rules size their waves without them, and spanning units lay only these end to
+// end (the padding gets a unit each after them). All sequences where every one is that short.
+int64_t spanned_seqs(const DecodePlanInputs& in) {
+  int64_t n = static_cast<int64_t>(in.seq_lens.size());
+  while (n > 0 && in.seq_lens[n - 1] <= kDecodeWholeSequenceShortTokens) --n;
+  return n > 0 ? n : static_cast<int64_t>(in.seq_lens.size());
+}
+
+// Work items of the spanned sequences (above).
+int64_t count_spanned_items(const DecodePlanInputs& in, int64_t chunk_granules) {
+  int64_t items = 0;
+  for (int64_t s = 0; s < spanned_seqs(in); ++s) items += items_of(in.seq_lens[s], chunk_granules * kDecodeSplitGranule, 0);
+  return items;
+}
+
 // Work items of sequences longer than kDecodeWholeSequenceShortTokens: the engine's padding
 // sequences (2 tokens, decode_plan.h) run their blocks in whichever slots free first.
 int64_t count_long_items(const DecodePlanInputs& in, int64_t chunk_granules) {
@@ -58,6 +75,20 @@ bool short_build_fits(const DecodePlanInputs& in, int64_t chunk_tokens) {
   return items * in.num_kv_heads * in.group_chunks <= in.num_sms;
 }
 
+// Whether the format has long-item builds (nvfp4 at head_dim 64 and 128): its plans size their waves
+// without the trailing padding (spanned_seqs). The other formats' plans count it as rows: measured
+// both ways, fp8 came out mixed (H200, 2026-12-03, graph replays, both orders, twice, the engine's
+// padded batches, µs counted -> free: 32K x 31 (+1) 469.4 -> 492.7, x 20 (+4) 323.7 -> 333.9, x 17
+// (+7) 280.5 -> 285.8, x 40 (+8) 636.7 -> 648.8; but x 34 (+14) 547.0 -> 530.7, x 50 (+14) 814.0 ->
+// 795.0, x 100 (+28) 1571.8 -> 1523.7, 16K x 100 (+28) 834.9 -> 773.7, 64K x 50 (+14) 1634.5 ->
+// 1527.5, 128K x 50 (+14) 3268.0 -> 3009.9).
+bool has_long_items(const DecodePlanInputs& in) {
+  for (const DecodeLongItemBuild& b : in.long_items) {
+    if (b.warps > 0) return true;
+  }
+  return false;
+}
+
 // Flash-decoding split sized by wave efficiency: with S = num_sms · blocks_per_sm slots, a grid of B
 // blocks runs in ceil(B / S) waves and keeps (B / S) / ceil(B / S) of the slots busy. Tries splitting
 // the longest sequence into 1, 2, ... items (chunks never below min_granules) and takes the fewest
@@ -76,7 +107,8 @@ int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_
     int64_t cg = (max_granules + split - 1) / split;
     if (cg > 1) cg = (cg + multiple - 1) / multiple * multiple;
     if (!chunk_granules.empty() && cg == chunk_granules.back()) continue;
-    const double waves = static_cast<double>(count_items(in, cg) * blocks_per_item) / static_cast<double>(slots);
+    const int64_t items = has_long_items(in) ? count_spanned_items(in, cg) : count_items(in, cg);
+    const double waves = static_cast<double>(items * blocks_per_item) / static_cast<double>(slots);
     const double eff = waves / std::ceil(waves);
     efficiency.push_back(eff);
     chunk_granules.push_back(cg);
@@ -92,7 +124,7 @@ int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_
 bool wide_fits(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t cg) {
   if (b.warps <= 0) return false;
   const int64_t tokens = cg * kDecodeSplitGranule;
-  const int64_t blocks = count_items(in, cg) * in.num_kv_heads * in.group_chunks;
+  const int64_t blocks = count_spanned_items(in, cg) * in.num_kv_heads * in.group_chunks;
   return tokens >= kDecodeWideItemTokens && (blocks <= in.num_sms * b.blocks_per_sm || tokens >= b.many_waves_tokens);
 }
 
@@ -145,17 +177,17 @@ int64_t short_build_granules(const DecodePlanInputs& in, int64_t cg) {
   return cg;
 }
 
-// Rounds of `round` tokens in the batch, each sequence's last round counted whole.
+// Rounds of `round` tokens in the spanned sequences (spanned_seqs), each one's last round counted whole.
 int64_t rounds_of(const DecodePlanInputs& in, int64_t round) {
   int64_t rounds = 0;
-  for (int32_t len : in.seq_lens) rounds += (len + round - 1) / round;
+  for (int64_t s = 0; s < spanned_seqs(in); ++s) rounds += (in.seq_lens[s] + round - 1) / round;
   return rounds;
 }
 
 // Spanning units of long-item build b (decode_plan.h, "Spanning units"): its slots' worth of units
 // (num_sms · blocks_per_sm / blocks per unit), each the same number of whole rounds (give or take
-// one) of the batch's sequences laid end to end. 0 when a unit would hold fewer than
-// kDecodeWideItemTokens tokens (or b is none).
+// one) of the spanned sequences laid end to end; the trailing padding sequences' units come on top.
+// 0 when a unit would hold fewer than kDecodeWideItemTokens tokens (or b is none).
 int64_t span_unit_count(const DecodePlanInputs& in, const DecodeLongItemBuild& b) {
   if (b.warps <= 0) return 0;
   const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
@@ -165,11 +197,13 @@ int64_t span_unit_count(const DecodePlanInputs& in, const DecodeLongItemBuild& b
 }
 
 // The items of `units` spanning units of build b: unit u takes rounds [u·R / units, (u + 1)·R / units)
-// of the R rounds of all sequences in order, cut into one item per sequence it touches; a sequence's
-// last item ends at its length.
+// of the R rounds of the spanned sequences in order, cut into one item per sequence it touches; a
+// sequence's last item ends at its length. Each trailing padding sequence is then a unit of its own:
+// dispatched last, its blocks take whichever slots free first, where chained into the last unit they
+// would run one after the other in one block (decode_plan.h).
 void span_units(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t units, DecodeSplitPlan& plan) {
   const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
-  const int64_t num_seqs = static_cast<int64_t>(in.seq_lens.size());
+  const int64_t num_seqs = spanned_seqs(in);
   const int64_t rounds = rounds_of(in, round);
   int64_t seq = 0, seq_round = 0;  // the next round to assign: round seq_round of sequence seq
   plan.seq_work_offset.assign(1, 0);
@@ -191,8 +225,15 @@ void span_units(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_
     }
   }
   NIBBLE_CHECK(seq == num_seqs, "decode plan: spanning units covered {} of {} sequences", seq, num_seqs);
+  for (; seq < static_cast<int64_t>(in.seq_lens.size()); ++seq) {
+    plan.unit_first_item.push_back(static_cast<int32_t>(plan.work_seq.size()));
+    plan.work_seq.push_back(static_cast<int32_t>(seq));
+    plan.work_begin.push_back(0);
+    plan.work_end.push_back(in.seq_lens[seq]);
+    plan.seq_work_offset.push_back(static_cast<int32_t>(plan.work_seq.size()));
+  }
   plan.unit_first_item.push_back(static_cast<int32_t>(plan.work_seq.size()));
-  plan.num_units = static_cast<int32_t>(units);
+  plan.num_units = static_cast<int32_t>(plan.unit_first_item.size() - 1);
   plan.block_warps = b.warps;
   // The units' mean length, rounded up to a round: what the launch's build choices read.
   plan.chunk_tokens = static_cast<int32_t>((rounds + units - 1) / units * round);
@@ -200,16 +241,16 @@ void span_units(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_
 
 // Whether the rule takes build b's spanning units over the chunk plan of `chunk` tokens (decode_plan.h,
 // "Spanning units"): where that plan runs no long-item build, b is the 8-warp one, the units hold at
-// least kDecodeSpanUnitTokens, and no sequence is shorter than one of b's rounds (the engine's padding
-// sequences: one unit would run them all, one after the other).
+// least kDecodeSpanUnitTokens, and no spanned sequence is shorter than one of b's rounds (a unit would
+// run it as one more item; the trailing padding gets units of its own).
 bool span_units_pay(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t units, int64_t chunk) {
   if (b.blocks_per_sm != kDecodeSpanUnitBlocksPerSm) return false;
   for (const DecodeLongItemBuild& other : in.long_items) {
     if (wide_fits(in, other, chunk / kDecodeSplitGranule)) return false;
   }
   const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
-  for (int32_t len : in.seq_lens) {
-    if (len < round) return false;
+  for (int64_t s = 0; s < spanned_seqs(in); ++s) {
+    if (in.seq_lens[s] < round) return false;
   }
   return rounds_of(in, round) * round >= units * kDecodeSpanUnitTokens;
 }

@@ -103,13 +103,23 @@ inline constexpr int64_t kDecodeShortItemRounds = 4;
 // build, units lose or tie: 32K x 8 79.0 / 91.8 / 79.2, x 32 292.8 / 310.9 / 304.4, x 64 577.1 /
 // 601.0 / 604.2, 128K x 8 285.8 / 311.3 / 285.8; and so do short units: 16K x 31 (15.4K-token
 // units) 151.5 / 161.2 / 167.1, 8K x 31 79.5 / 89.1 / 95.8, 4K x 128 158.9 / 180.3 / 211.4. Nor do
-// batches with sequences shorter than a round, such as the engine's: with CUDA graphs it pads a decode
-// batch to its graph bucket (backend::graph_batch_bucket) with 2-token sequences, which the units then
-// chain into the last unit, one prologue and epilogue each (bench_decode_attention --engine-batches,
-// chunk plan / 8-warp units: 32K x 33 (+15) 321.8 / 366.0, x 34 (+14) 330.2 / 371.7, x 17 (+7)
-// 183.6 / 193.5, 16K x 33 182.4 / 218.5; a few gained: 128K x 17 670.3 / 643.0, 32K x 23 237.0 /
-// 230.6). The engine's padded batches have plan cliffs of their own (32K x 50 (+14): 574.2 µs, 0.718
-// x fp8; 16K x 50: 0.748): docs/cuda_kernels.md, "Not done yet".
+// batches with a sequence shorter than a round inside them: the unit that reaches it runs it as one
+// more item. The engine's padding is different: with CUDA graphs it pads a decode batch to its graph
+// bucket (backend::graph_batch_bucket) with 2-token sequences at the end, which, chained into the
+// last unit, cost that block one prologue and epilogue each (bench_decode_attention --engine-batches,
+// chunk plan / 8-warp units: 32K x 33 (+15) 321.8 / 366.0, 16K x 33 182.4 / 218.5, 2026-12-02). So
+// the trailing sequences of at most kDecodeWholeSequenceShortTokens get a unit each, after the
+// spanning ones: last in the grid, their blocks take the slots that free first. And the long-item
+// rules size their waves without them (so do the units), where they used to count each as a row:
+// 32K x 50 (+14) had whole sequences on the 8-warp build, 400 long blocks in 1.5 waves of its 264
+// slots, 574.6 us (0.708 x fp8). Then the rule above decides as for the unpadded batch. H200,
+// 2026-12-03, graph replays, GQA 4, one order, nvfp4 us before -> after (nvfp4 / fp8 after): 32K x
+// 17 (+7) 182.2 -> 172.1 (0.603), x 20 (+4) 206.8 -> 201.5 (0.607), x 23 (+1) 237.1 -> 228.1, x 34
+// (+14) 330.7 -> 327.4, x 40 (+8) 400.5 -> 381.9 (0.589), x 50 (+14) 574.6 -> 475.0 (0.601), x 100
+// (+28) 996.2 -> 923.8; 16K x 50 (+14) 301.9 -> 251.7, x 100 (+28) 513.2 -> 482.4; 64K x 17 (+7)
+// 346.3 -> 327.1, x 34 (+14) 845.3 -> 628.1 (0.788 -> 0.605), x 50 (+14) 1125.2 -> 917.4; 128K x 17
+// (+7) 671.6 -> 627.1, x 50 (+14) 2222.8 -> 1804.8; within 1.1% of the best of chunk plan, 8- and
+// 16-warp units at each of these 20 shapes (128K x 31 (+1) 1113.0 -> 1123.1 is the worst).
 inline constexpr int64_t kDecodeSpanUnitTokens = 16384;
 
 // Whole sequences on a long-item build. The split rule keeps the fewest splits within 5% of the best

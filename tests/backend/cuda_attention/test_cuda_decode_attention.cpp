@@ -529,7 +529,8 @@ TEST(CudaDecodeNvfp4Steps, LongItemBuildsMatchTheOracle) {
 
 // Units that span sequences (decode_plan.h), in both long-item builds: a block runs its unit's items
 // one after the other, a sequence cut between units is merged, one held whole in a unit is written
-// directly; lengths that end mid-step, on a page, below one round and of one token; grouped heads in
+// directly; lengths that end mid-step, on a page, below one round and of one token, and trailing
+// padding sequences (2 and 16 tokens, as the engine pads) in units of their own; grouped heads in
 // one and two head chunks, rotation, both P·V builds. The plan is sized for 8 SMs, so that these small runs make
 // units (8 of ~4K tokens at 8 warps, 4 of ~8K at 16); the chunk variant 0 is the units plan.
 TEST(CudaDecodeNvfp4Steps, SpanningUnitsMatchTheOracle) {
@@ -541,7 +542,7 @@ TEST(CudaDecodeNvfp4Steps, SpanningUnitsMatchTheOracle) {
         for (const bool exact_p : {false, true}) {
           if (exact_p && group != 4) continue;
           run_and_compare({.dtype = KvDtype::kNVFP4, .head_dim = head_dim, .kv_heads = 2, .group = group,
-                           .page_size = 16, .seq_lens = {8197, 4096, 33, 20000, 1, 1000},
+                           .page_size = 16, .seq_lens = {8197, 4096, 33, 20000, 1, 1000, 2, 16},
                            .rotation = group == 12 ? Rotation::kHadamard : Rotation::kNone, .chunk_variants = {0},
                            .span_units = warps, .plan_sms = 8, .exact_p = exact_p});
           if (HasFailure()) return;

@@ -460,8 +460,8 @@ DecodePlanInputs engine_inputs(quant::ElemFormat format, std::span<const int32_t
 }
 
 // The plan's own rule (decode_plan.h, kDecodeSpanUnitTokens): units of the 8-warp build where the chunk
-// plan runs no long-item build, the units hold >= 16384 tokens and no sequence is shorter than a
-// round; the chunk plan elsewhere. Each
+// plan runs no long-item build, the units hold >= 16384 tokens and no sequence but the trailing
+// padding is shorter than a round; the chunk plan elsewhere. Each
 // case as measured on the H200 (graph replays, GQA 4, nvfp4 d128, 8 KV heads).
 TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
   struct Case {
@@ -492,20 +492,102 @@ TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
       EXPECT_EQ(plan.num_units, c.units) << c.batch << " x " << c.ctx;
       EXPECT_EQ(plan.block_warps, 8) << c.batch << " x " << c.ctx;
     }
-    // The engine's batch (CUDA graphs on): padded to its graph bucket with 2-token sequences, which
-    // the units would chain into one block (decode_plan.h): the chunk plan.
+    // The engine's batch (CUDA graphs on): padded to its graph bucket with 2-token sequences, each a
+    // unit of its own after the spanning ones (a padding sequence inside the batch is chained).
     if (c.units > 0) {
-      std::vector<int32_t> padded = lens;
-      padded.resize(static_cast<size_t>(c.batch) + 1, 2);
-      in.seq_lens = padded;
-      const auto with_pad = plan_decode_splits(in);
-      expect_covers(with_pad, padded);
-      EXPECT_FALSE(with_pad.spans_units()) << c.batch << " x " << c.ctx << " + a padding sequence";
+      for (const int32_t pads : {1, 7}) {
+        std::vector<int32_t> padded = lens;
+        padded.resize(static_cast<size_t>(c.batch + pads), 2);
+        in.seq_lens = padded;
+        const auto with_pads = plan_decode_splits(in);
+        expect_covers(with_pads, padded);
+        const std::string what = std::to_string(c.batch) + " x " + std::to_string(c.ctx) + " + " +
+                                 std::to_string(pads) + " padding sequences";
+        ASSERT_TRUE(with_pads.spans_units()) << what;
+        EXPECT_EQ(with_pads.num_units, c.units + pads) << what;
+        EXPECT_EQ(with_pads.chunk_tokens, plan.chunk_tokens) << what;
+        for (int32_t p = 0; p < pads; ++p) {
+          const int32_t u = c.units + p;
+          ASSERT_EQ(with_pads.unit_first_item[u + 1] - with_pads.unit_first_item[u], 1) << what;
+          EXPECT_EQ(with_pads.work_seq[with_pads.unit_first_item[u]], c.batch + p) << what;
+        }
+      }
+      std::vector<int32_t> inside = lens;
+      inside.insert(inside.begin() + 1, 2);
+      in.seq_lens = inside;
+      const auto chained = plan_decode_splits(in);
+      expect_covers(chained, inside);
+      EXPECT_FALSE(chained.spans_units()) << c.batch << " x " << c.ctx << " + a short sequence inside";
     }
     // Other formats have no long-item builds, so no units.
     EXPECT_FALSE(plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, lens)).spans_units())
         << c.batch << " x " << c.ctx;
   }
+}
+
+// The engine's decode batches as it pads them for CUDA graphs (runtime/forward_step.cpp: 2-token
+// sequences up to the graph bucket). nvfp4 sizes its long-item waves without the padding and runs
+// units where its chunk plan then has no long-item build, each padding sequence a unit of its own
+// after them; fp8 counts the padding as before. H200, 2026-12-03, graph replays, GQA 4, nvfp4 µs
+// before -> after (bench_decode_attention --engine-batches).
+TEST(DecodeSplitPlan, TheEnginesPaddedBatchesRunUnitsWithThePaddingLast) {
+  struct Case {
+    int32_t batch, ctx, pads;
+    int32_t units;  // expected units of the long sequences (the padding's come on top)
+  };
+  const Case cases[] = {
+      {17, 32768, 7, 33},    // 182.2 -> 172.1
+      {20, 32768, 4, 33},    // 206.8 -> 201.5
+      {23, 32768, 1, 33},    // 237.1 -> 228.1
+      {34, 32768, 14, 33},   // 330.7 -> 327.4
+      {40, 32768, 8, 33},    // 400.5 -> 381.9
+      {50, 32768, 14, 33},   // 574.6 (8-warp whole sequences, 1.5 waves) -> 475.0
+      {100, 32768, 28, 33},  // 996.2 -> 923.8
+      {50, 16384, 14, 33},   // 301.9 -> 251.7
+      {100, 16384, 28, 33},  // 513.2 -> 482.4
+      {34, 65536, 14, 33},   // 845.3 (16-warp whole sequences, 2 waves) -> 628.1
+      {17, 131072, 7, 33},   // 671.6 -> 627.1
+      {50, 131072, 14, 33},  // 2222.8 -> 1804.8
+  };
+  for (const Case& c : cases) {
+    std::vector<int32_t> lens(c.batch, c.ctx);
+    lens.resize(static_cast<size_t>(c.batch + c.pads), 2);
+    const std::string what = std::to_string(c.batch) + " (+" + std::to_string(c.pads) + ") x " + std::to_string(c.ctx);
+    const auto plan = plan_decode_splits(engine_inputs(quant::ElemFormat::kNVFP4, lens));
+    expect_covers(plan, lens);
+    ASSERT_TRUE(plan.spans_units()) << what;
+    EXPECT_EQ(plan.block_warps, 8) << what;
+    ASSERT_EQ(plan.num_units, c.units + c.pads) << what;
+    // The padding's units: one item each, last in the grid, so their blocks take the slots that free first.
+    for (int32_t p = 0; p < c.pads; ++p) {
+      const int32_t u = c.units + p;
+      ASSERT_EQ(plan.unit_first_item[u + 1] - plan.unit_first_item[u], 1) << what;
+      const int32_t item = plan.unit_first_item[u];
+      EXPECT_EQ(plan.work_seq[item], c.batch + p) << what;
+      EXPECT_EQ(plan.work_end[item] - plan.work_begin[item], 2) << what;
+    }
+    // The long units' items all belong to the long sequences: as unpadded.
+    const std::vector<int32_t> unpadded(c.batch, c.ctx);
+    DecodePlanInputs in = engine_inputs(quant::ElemFormat::kNVFP4, unpadded);
+    in.span_units_warps = 8;
+    const auto alone = plan_decode_splits(in);
+    ASSERT_EQ(alone.num_units, c.units) << what;
+    EXPECT_EQ(plan.unit_first_item[c.units], alone.num_work) << what;
+    for (int32_t w = 0; w < alone.num_work; ++w) {
+      EXPECT_EQ(plan.work_seq[w], alone.work_seq[w]) << what;
+      EXPECT_EQ(plan.work_begin[w], alone.work_begin[w]) << what;
+      EXPECT_EQ(plan.work_end[w], alone.work_end[w]) << what;
+    }
+  }
+  // fp8 counts the padding (measured both ways, mixed: decode_plan.cpp, has_long_items): 31 (+1) x
+  // 32K runs whole sequences on 256 blocks (469 us; 1984-token items without the padding, 492).
+  std::vector<int32_t> lens(31, 32768);
+  const auto unpadded = plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, lens));
+  lens.push_back(2);
+  const auto padded = plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, lens));
+  expect_covers(padded, lens);
+  EXPECT_EQ(padded.chunk_tokens, 32768);
+  EXPECT_EQ(unpadded.chunk_tokens, 1984);
 }
 
 // Whole sequences on a long-item build where the long-item rules find none and the sequences (16K to
