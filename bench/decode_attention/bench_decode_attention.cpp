@@ -7,7 +7,7 @@
 //                          [--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6]
 //                          [--timing graph|eager|both] [--chunks C1,C2,...] [--page-size N]
 //                          [--head-dim 64|128|256] [--kv-heads N] [--write-shapes TOKENS:G,...]
-//                          [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches]
+//                          [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches] [--mixed SEED]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
@@ -30,6 +30,11 @@
 // the o GEMV, but here the next kernel is another decode call, whose blocks would then hold SMs
 // while waiting. (Until the fifteenth round the decode kernel of an unsplit plan triggered at its
 // start regardless: 32 x 1K nvfp4 measured 25.5 us instead of 20.3, 1.037 x fp8.)
+//
+// --mixed SEED gives each shape's sequences lengths of their own, drawn log-uniformly from [CTX/16,
+// CTX] by a generator seeded with SEED (the same lengths for every format and plan of a run): a
+// serving batch's mix of contexts instead of one length; the ctx column is then the longest
+// possible, and GB/s counts the bytes of the drawn lengths.
 //
 // --chunks C1,C2,... also times every shape with the split plan forced to items of C tokens (graph
 // timing), and for nvfp4 at head_dim 64 and 128 both tensor-core step builds (16 and 32 tokens per warp
@@ -124,6 +129,29 @@ int g_span_units_warps = -1;
 // 31 -> 32, 17 -> 24, 34 -> 48); their plan is the engine's. GB/s counts the real sequences' bytes.
 bool g_engine_batches = false;
 constexpr int32_t kEnginePadTokens = 2;
+// --mixed SEED: lengths log-uniform in [ctx / 16, ctx] (shape_lengths); 0 = every sequence ctx long.
+uint64_t g_mixed_seed = 0;
+
+// The lengths of a shape's `batch` sequences: all `ctx`, or with --mixed, each drawn log-uniformly from
+// [ctx / 16, ctx] (splitmix64 from the seed and the shape, so every format and plan sees the same).
+std::vector<int32_t> shape_lengths(int64_t ctx, int64_t batch) {
+  std::vector<int32_t> lens(batch, static_cast<int32_t>(ctx));
+  if (g_mixed_seed == 0) return lens;
+  uint64_t state = g_mixed_seed ^ (static_cast<uint64_t>(ctx) << 20) ^ static_cast<uint64_t>(batch);
+  auto next = [&state] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  const double lo = std::log(std::max<double>(1.0, static_cast<double>(ctx) / 16.0));
+  const double hi = std::log(static_cast<double>(ctx));
+  for (int32_t& len : lens) {
+    const double u = static_cast<double>(next() >> 11) * 0x1.0p-53;  // [0, 1)
+    len = std::clamp<int32_t>(static_cast<int32_t>(std::exp(lo + u * (hi - lo))), 1, static_cast<int32_t>(ctx));
+  }
+  return lens;
+}
 
 struct Device {
   int sms = 0;
@@ -205,6 +233,7 @@ struct DecodeCase {
   // tokens that fill it to the engine's graph bucket (runtime/forward_step.cpp); their page-table
   // rows point at the copy's first page.
   int64_t seqs = 0;
+  std::vector<int32_t> lens;  // [seqs] tokens per sequence (shape_lengths, then the padding)
   cuda::DecodeSplitPlan plan{};
 
   std::vector<int64_t> region_bytes() const {
@@ -217,9 +246,11 @@ struct DecodeCase {
     b[kQ] = b[kOut] = q_elems * 4;
     return b;
   }
-  // Bytes one call moves: the KV bytes (scales included) of all sequences + q + output.
-  double io_bytes(int64_t ctx, int64_t batch) const {
-    return static_cast<double>(batch) * ctx * layout.bytes_per_token_per_layer() + 2.0 * q_elems * 4;
+  // Bytes one call moves: the KV bytes (scales included) of the shape's sequences + q + output.
+  double io_bytes(int64_t batch) const {
+    int64_t tokens = 0;
+    for (int64_t s = 0; s < batch; ++s) tokens += lens[s];
+    return static_cast<double>(tokens) * layout.bytes_per_token_per_layer() + 2.0 * q_elems * 4;
   }
 };
 
@@ -240,8 +271,9 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
   c.num_q_heads = static_cast<int64_t>(g_kv_heads) * shape.group;
   c.seqs = g_engine_batches ? std::max<int64_t>(shape.batch, backend::graph_batch_bucket(shape.batch)) : shape.batch;
   c.q_elems = c.seqs * c.num_q_heads * g_head_dim;
-  std::vector<int32_t> lens(shape.batch, static_cast<int32_t>(shape.ctx));
+  std::vector<int32_t> lens = shape_lengths(shape.ctx, shape.batch);
   lens.resize(c.seqs, kEnginePadTokens);
+  c.lens = lens;
   // The plan as the engine makes it (decode_plan_format_inputs), or forced to items of force_chunk.
   cuda::DecodePlanInputs plan_in = cuda::decode_plan_format_inputs(c.layout.k(0).format, c.layout.v(0).format, g_head_dim);
   plan_in.seq_lens = lens;
@@ -307,7 +339,7 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
   const bench::GraphTiming t =
       timing == Timing::kGraph ? bench::graph_median_seconds(call, c.copies, g_sustain)
                                : bench::GraphTiming{median_seconds([&](int copy) { call(copy, nullptr); }, c.copies)};
-  return {t.seconds, c.io_bytes(ctx, batch) / t.seconds * 1e-9, bench::sm_clock_mhz(c.plan.num_sms), t.watts,
+  return {t.seconds, c.io_bytes(batch) / t.seconds * 1e-9, bench::sm_clock_mhz(c.plan.num_sms), t.watts,
           t.joules_per_call};
 }
 
@@ -510,6 +542,15 @@ int main(int argc, char** argv) {
       (head_dim ? g_head_dim : g_kv_heads) = static_cast<int>(v);
     } else if (arg == "--engine-batches") {
       g_engine_batches = true;
+    } else if (arg == "--mixed" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      char* tail = nullptr;
+      const unsigned long long v = std::strtoull(text.c_str(), &tail, 10);
+      if (text.empty() || text[0] == '-' || *tail != 0 || v == 0) {
+        fmt::print(stderr, "--mixed: '{}' is not a positive integer seed\n", text);
+        return 2;
+      }
+      g_mixed_seed = v;
     } else if (arg == "--units" && i + 1 < argc) {
       const std::string text = argv[++i];
       if (text != "auto" && text != "off" && text != "8" && text != "16") {
@@ -540,7 +581,8 @@ int main(int argc, char** argv) {
                  "usage: {} [--quick] [--json FILE] [--shapes G:CTX:B,...] [--formats bf16,fp8,nvfp4,k8v4] "
                  "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
                  "[--chunks C1,C2,...] [--page-size N] [--head-dim 64|128|256] [--kv-heads N] "
-                 "[--write-shapes TOKENS:G,...] [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches]\n"
+                 "[--write-shapes TOKENS:G,...] [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches] "
+                 "[--mixed SEED]\n"
                  "unknown argument '{}'\n",
                  argv[0], arg);
       return 2;
@@ -632,9 +674,13 @@ int main(int argc, char** argv) {
     fmt::print("decode attention, head_dim {}, page {}, {} KV heads, q f32, output f32; GB/s counts KV bytes "
                "(incl. scales) + q + output; %BW = of the read bandwidth above{}\n",
                g_head_dim, g_page_size, g_kv_heads,
-               g_engine_batches ? "; each batch padded to the engine's graph bucket with 2-token sequences "
-                                  "(--engine-batches)"
-                                : "");
+               std::string(g_engine_batches ? "; each batch padded to the engine's graph bucket with 2-token "
+                                              "sequences (--engine-batches)"
+                                            : "") +
+                   (g_mixed_seed != 0 ? fmt::format("; sequence lengths log-uniform in [ctx/16, ctx], seed {} "
+                                                    "(--mixed)",
+                                                    g_mixed_seed)
+                                      : std::string()));
     fmt::print("timing column: graph = CUDA-graph replay of N captured calls, per call (GPU time of decode kernel + "
                "reduce, no host launch cost; what the engine's graph-replayed decode steps see); eager = calls "
                "launched from the host back to back (includes host launch cost where it exceeds GPU time); "
@@ -709,7 +755,7 @@ int main(int argc, char** argv) {
           DecodeResult r;
           if (fwd > 0 && rev > 0) {
             r.seconds = std::min(fwd, rev);
-            r.gbps = cases[d]->io_bytes(ctx, batch) / r.seconds * 1e-9;
+            r.gbps = cases[d]->io_bytes(batch) / r.seconds * 1e-9;
             r.sm_mhz = sm_mhz[d];
             r.watts = energy[d].watts;
             r.joules_per_call = energy[d].joules_per_call;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <queue>
 
 #include "common/error.h"
 
@@ -49,7 +51,7 @@ int64_t spanned_seqs(const DecodePlanInputs& in) {
 // Work items of the spanned sequences (above).
 int64_t count_spanned_items(const DecodePlanInputs& in, int64_t chunk_granules) {
   int64_t items = 0;
-  for (int64_t s = 0; s < spanned_seqs(in); ++s) items += items_of(in.seq_lens[s], chunk_granules * kDecodeSplitGranule, 0);
+  for (int64_t s = 0, n = spanned_seqs(in); s < n; ++s) items += items_of(in.seq_lens[s], chunk_granules * kDecodeSplitGranule, 0);
   return items;
 }
 
@@ -180,7 +182,7 @@ int64_t short_build_granules(const DecodePlanInputs& in, int64_t cg) {
 // Rounds of `round` tokens in the spanned sequences (spanned_seqs), each one's last round counted whole.
 int64_t rounds_of(const DecodePlanInputs& in, int64_t round) {
   int64_t rounds = 0;
-  for (int64_t s = 0; s < spanned_seqs(in); ++s) rounds += (in.seq_lens[s] + round - 1) / round;
+  for (int64_t s = 0, n = spanned_seqs(in); s < n; ++s) rounds += (in.seq_lens[s] + round - 1) / round;
   return rounds;
 }
 
@@ -249,10 +251,109 @@ bool span_units_pay(const DecodePlanInputs& in, const DecodeLongItemBuild& b, in
     if (wide_fits(in, other, chunk / kDecodeSplitGranule)) return false;
   }
   const int64_t round = b.item_granule_multiple * kDecodeSplitGranule;
-  for (int64_t s = 0; s < spanned_seqs(in); ++s) {
+  for (int64_t s = 0, n = spanned_seqs(in); s < n; ++s) {
     if (in.seq_lens[s] < round) return false;
   }
   return rounds_of(in, round) * round >= units * kDecodeSpanUnitTokens;
+}
+
+// Whether the spanned sequences' lengths are mixed (kDecodeMixedLengthRatio, decode_plan.h).
+bool lengths_mixed(const DecodePlanInputs& in) {
+  const int64_t n = spanned_seqs(in);
+  int64_t total = 0, longest = 0;
+  for (int64_t s = 0; s < n; ++s) total += in.seq_lens[s], longest = std::max<int64_t>(longest, in.seq_lens[s]);
+  return static_cast<double>(longest) * static_cast<double>(n) > kDecodeMixedLengthRatio * static_cast<double>(total);
+}
+
+// Estimated makespan, in SM time (tokens of work · blocks per SM), of a grid whose items have the
+// given works (tokens, overhead included), each run by `blocks_per_item` blocks in grid order, on a
+// build of `blocks_per_sm` blocks per SM: list scheduling, each block taking the slot that frees
+// first. An item's blocks start together and end together, so the slots move in groups of
+// blocks_per_item and the items are scheduled on slots / blocks_per_item such groups (exact where
+// that divides; 132 / 8 counts as 16).
+double list_makespan(const std::vector<double>& item_work, int64_t blocks_per_item, int64_t num_sms,
+                     int64_t blocks_per_sm) {
+  const int64_t groups = std::max<int64_t>(1, num_sms * blocks_per_sm / blocks_per_item);
+  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+  for (int64_t i = 0; i < groups; ++i) free_at.push(0.0);
+  double makespan = 0;
+  for (double work : item_work) {
+    const double end = free_at.top() + work;
+    free_at.pop();
+    free_at.push(end);
+    makespan = std::max(makespan, end);
+  }
+  return makespan * static_cast<double>(blocks_per_sm);
+}
+
+// The works of the spanned sequences' items with chunks of `chunk` tokens (a last item of at most
+// `tail_tokens` joined to the one before).
+std::vector<double> chunk_item_work(const DecodePlanInputs& in, int64_t chunk, int64_t tail_tokens) {
+  std::vector<double> work;
+  for (int64_t s = 0, n = spanned_seqs(in); s < n; ++s) {
+    const int64_t len = in.seq_lens[s];
+    const int64_t items = items_of(len, chunk, tail_tokens);
+    for (int64_t i = 0; i < items; ++i) {
+      const int64_t tokens = i + 1 < items ? chunk : len - i * chunk;
+      work.push_back(static_cast<double>(tokens + kDecodeBlockOverheadTokens));
+    }
+  }
+  return work;
+}
+
+// The chunk of the lowest estimated makespan for a mixed batch of a format without long-item builds
+// (decode_plan.h, "Mixed lengths"): the rule's chunk `cg` (granules) or an even share of the batch's
+// work per slot, or a half, third or quarter of it, at `blocks_per_sm`; the rule's wins ties.
+int64_t mixed_chunk_granules(const DecodePlanInputs& in, int64_t cg, int64_t min_granules, int64_t blocks_per_sm) {
+  const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
+  int64_t total = 0;
+  for (int64_t s = 0, n = spanned_seqs(in); s < n; ++s) total += in.seq_lens[s];
+  const double share = static_cast<double>(total) * static_cast<double>(blocks_per_item) /
+                       static_cast<double>(in.num_sms * blocks_per_sm);
+  int64_t best = cg;
+  double best_ms = list_makespan(chunk_item_work(in, cg * kDecodeSplitGranule, 0), blocks_per_item, in.num_sms,
+                                 blocks_per_sm);
+  for (int k = 1; k <= 4; ++k) {
+    int64_t g = std::max<int64_t>(min_granules, granules_of(static_cast<int64_t>(std::ceil(share / k))));
+    if (g > 1) g = (g + in.item_granule_multiple - 1) / in.item_granule_multiple * in.item_granule_multiple;
+    const double ms =
+        list_makespan(chunk_item_work(in, g * kDecodeSplitGranule, 0), blocks_per_item, in.num_sms, blocks_per_sm);
+    if (ms < best_ms) best = g, best_ms = ms;
+  }
+  return best;
+}
+
+// For a mixed batch (decode_plan.h, "Mixed lengths"): whether build b's spanning units have a lower
+// estimated makespan than the chunk plan of `chunk` tokens on the build that plan runs (the rules
+// below in plan_decode_splits: a long-item build, whole sequences on `whole_build`, the short-item
+// build, or the 4-warp one). A sequence shorter than a round inside the batch is one more item of
+// the unit that reaches it, its block overhead counted like any item's.
+bool units_beat_chunk(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t units, int64_t chunk,
+                      const DecodeLongItemBuild* whole_build) {
+  if (b.blocks_per_sm != kDecodeSpanUnitBlocksPerSm) return false;
+  int64_t chunk_bps = in.blocks_per_sm, tail_tokens = 0;
+  for (const DecodeLongItemBuild& other : in.long_items) {
+    if (wide_fits(in, other, chunk / kDecodeSplitGranule)) {
+      chunk_bps = other.blocks_per_sm;
+      break;
+    }
+  }
+  if (whole_build != nullptr) chunk_bps = whole_build->blocks_per_sm;
+  if (short_build_fits(in, chunk)) chunk_bps = 1, tail_tokens = kDecodeShortItemTailTokens;
+  const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
+  const double chunk_ms =
+      list_makespan(chunk_item_work(in, chunk, tail_tokens), blocks_per_item, in.num_sms, chunk_bps);
+  DecodeSplitPlan spanning;
+  span_units(in, b, units, spanning);
+  std::vector<double> unit_work;
+  for (int32_t u = 0; u < spanning.num_units; ++u) {
+    double work = 0;
+    for (int32_t w = spanning.unit_first_item[u]; w < spanning.unit_first_item[u + 1]; ++w) {
+      work += static_cast<double>(spanning.work_end[w] - spanning.work_begin[w] + kDecodeBlockOverheadTokens);
+    }
+    unit_work.push_back(work * kDecodeUnitsLoopCost);
+  }
+  return list_makespan(unit_work, blocks_per_item, in.num_sms, b.blocks_per_sm) < chunk_ms;
 }
 
 // num_work and max_splits from the items.
@@ -357,6 +458,9 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       // SM (batch-1 steps of short contexts; "one wave of granules" in decode_plan.h).
       cg = 1;
     }
+    // Formats without long-item builds, mixed lengths: the chunk of the lowest estimated makespan
+    // (decode_plan.h, "Mixed lengths"); nvfp4 takes units for them below.
+    if (!has_long_items(in) && lengths_mixed(in)) cg = mixed_chunk_granules(in, cg, min_granules, base_blocks_per_sm);
     // The short-item build takes a batch whose longer items would leave more than half the SMs idle:
     // at 1 x 1025 the rules above give 256-token items (17 granules in at most 8 splits, rounded to
     // the granule multiple), 40 blocks; this gives 9 items of 128 on 72.
@@ -377,7 +481,10 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     for (const DecodeLongItemBuild& b : in.long_items) {
       if (b.warps <= 0 || (in.span_units_warps > 0 && b.warps != in.span_units_warps)) continue;
       const int64_t units = span_unit_count(in, b);
-      if (units > 0 && (in.span_units_warps > 0 || (whole_build == nullptr && span_units_pay(in, b, units, chunk)))) {
+      const bool rule = in.span_units_warps < 0 && units > 0 &&
+                        (lengths_mixed(in) ? units_beat_chunk(in, b, units, chunk, whole_build)
+                                           : whole_build == nullptr && span_units_pay(in, b, units, chunk));
+      if (units > 0 && (in.span_units_warps > 0 || rule)) {
         span_units(in, b, units, plan);
         finish_plan(plan);
         return plan;

@@ -142,6 +142,20 @@ inline constexpr int64_t kDecodeWholeSequenceShortTokens = kTcChunkTokens;
 inline constexpr int64_t kDecodeSpanUnitBlocksPerSm = 2;  // the 8-warp build's
 inline constexpr int64_t kDecodeShortItemTailTokens = kTcChunkTokens;
 
+// Mixed lengths. The rules above count blocks (wave efficiency), which holds where the sequences are
+// about as long as each other; in a serving batch of mixed contexts the blocks differ in work, and a
+// plan whose waves look full can leave most SMs idle behind its longest items (32 sequences of 2K-28K
+// tokens: whole sequences on the 8-warp build, its longest item 28K tokens against an even share of
+// 11K). Where the longest spanned sequence is more than kDecodeMixedLengthRatio times their mean,
+// the plan estimates each candidate's makespan instead: the blocks start in grid order as slots free
+// (list scheduling), each block's work its tokens plus kDecodeBlockOverheadTokens, in SM time (a
+// build of k blocks per SM gives each a k-th of it), spanning units' work times kDecodeUnitsLoopCost
+// (their build's loop, ~4%). nvfp4 then takes units where their makespan is the lower; the other
+// formats take the chunk of the lowest makespan among their rule's and even shares of the batch.
+inline constexpr double kDecodeMixedLengthRatio = 1.25;
+inline constexpr int64_t kDecodeBlockOverheadTokens = 512;
+inline constexpr double kDecodeUnitsLoopCost = 1.04;
+
 inline constexpr int64_t kDecodeWideItemTokens = 4096;
 inline constexpr int64_t kDecodeWideManyWavesTokens = 32768;     // the 8-warp build
 inline constexpr int64_t kDecodeSmBlockManyWavesTokens = 65536;  // the 16-warp build

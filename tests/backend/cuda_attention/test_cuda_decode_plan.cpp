@@ -3,6 +3,8 @@
 // are not.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <span>
 #include <string>
 #include <tuple>
@@ -588,6 +590,75 @@ TEST(DecodeSplitPlan, TheEnginesPaddedBatchesRunUnitsWithThePaddingLast) {
   expect_covers(padded, lens);
   EXPECT_EQ(padded.chunk_tokens, 32768);
   EXPECT_EQ(unpadded.chunk_tokens, 1984);
+}
+
+// Lengths log-uniform in [ctx / 16, ctx] from a fixed generator, as bench_decode_attention --mixed
+// draws them (not the same draws): a serving batch's mix of contexts.
+std::vector<int32_t> mixed_lengths(int32_t batch, int32_t ctx, uint64_t seed) {
+  std::vector<int32_t> lens;
+  uint64_t x = seed;
+  for (int32_t i = 0; i < batch; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(x >> 11) * 0x1.0p-53;
+    lens.push_back(std::max<int32_t>(1, static_cast<int32_t>(std::exp(std::log(ctx / 16.0) + u * std::log(16.0)))));
+  }
+  return lens;
+}
+
+// The longest item's tokens, and the batch's tokens per slot if spread evenly over `slots`.
+std::pair<int64_t, double> longest_item_and_share(const DecodeSplitPlan& plan, const std::vector<int32_t>& lens,
+                                                  int64_t slots) {
+  int64_t longest = 0, total = 0;
+  for (int32_t w = 0; w < plan.num_work; ++w) longest = std::max<int64_t>(longest, plan.work_end[w] - plan.work_begin[w]);
+  for (int32_t len : lens) total += len;
+  return {longest, static_cast<double>(total) * 8 / static_cast<double>(slots)};
+}
+
+// Mixed contexts (decode_plan.h, "Mixed lengths"): the plan estimates each candidate's makespan
+// instead of counting blocks. Before, a batch of 32 sequences of 2K-28K tokens ran whole sequences on
+// the 8-warp build (its waves looked full: 256 blocks on 264 slots) and fp8 ran them whole too, its
+// longest item 2.5x an even share: H200, 2026-12-03, graph replays, GQA 4, padded as the engine pads
+// (bench_decode_attention --mixed 1 --engine-batches), µs before -> after: nvfp4 32K x 32 201.3 ->
+// 123.7, 32K x 16 127.5 -> 73.4 (it had been 1.29 x fp8's time), 64K x 32 509.4 -> 216.9, 128K x 16
+// 542.1 -> 226.3; fp8 32K x 32 293.3 -> 184.7, 64K x 32 703.8 -> 347.4, 128K x 32 1265.5 -> 779.6.
+TEST(DecodeSplitPlan, MixedContextsArePlannedByMakespan) {
+  for (const auto& [batch, ctx] : {std::pair<int32_t, int32_t>{32, 32768}, {16, 32768}, {32, 65536}, {16, 131072},
+                                   {50, 32768}}) {
+    const std::vector<int32_t> lens = mixed_lengths(batch, ctx, 7);
+    const std::string what = std::to_string(batch) + " x up to " + std::to_string(ctx);
+    // nvfp4: spanning units of the 8-warp build, every unit within a round of the even share.
+    const auto nvfp4 = plan_decode_splits(engine_inputs(quant::ElemFormat::kNVFP4, lens));
+    expect_covers(nvfp4, lens);
+    ASSERT_TRUE(nvfp4.spans_units()) << what;
+    EXPECT_EQ(nvfp4.block_warps, 8) << what;
+    EXPECT_EQ(nvfp4.num_units, 33) << what;
+    // fp8: items of at most about an even share of the batch per slot (2 blocks per SM).
+    const auto fp8 = plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, lens));
+    expect_covers(fp8, lens);
+    const auto [longest, share] = longest_item_and_share(fp8, lens, 264);
+    EXPECT_LE(static_cast<double>(longest), 1.05 * share + kDecodeSplitGranule) << what;
+    EXPECT_GT(fp8.max_splits, 1) << what;
+  }
+  // Contexts within kDecodeMixedLengthRatio of each other keep the block-counting rules: 32 sequences
+  // of 30000-32768 tokens plan as 32 x 32K does (whole sequences on the 8-warp build; fp8 unsplit).
+  std::vector<int32_t> close(32, 32768);
+  for (size_t i = 0; i < close.size(); ++i) close[i] -= static_cast<int32_t>(i * 89);
+  const auto nvfp4 = plan_decode_splits(engine_inputs(quant::ElemFormat::kNVFP4, close));
+  expect_covers(nvfp4, close);
+  EXPECT_FALSE(nvfp4.spans_units());
+  EXPECT_EQ(nvfp4.num_work, 32);
+  EXPECT_EQ(nvfp4.block_warps, 8);
+  const auto fp8 = plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, close));
+  EXPECT_EQ(fp8.num_work, 32);
+  // A sequence shorter than a round (256 tokens at 8 warps) inside a mixed batch (a new request) is
+  // one more item of the unit that reaches it; the batch still runs units.
+  std::vector<int32_t> with_short = mixed_lengths(32, 32768, 7);
+  with_short[5] = 100;
+  const auto spanning = plan_decode_splits(engine_inputs(quant::ElemFormat::kNVFP4, with_short));
+  expect_covers(spanning, with_short);
+  ASSERT_TRUE(spanning.spans_units());
+  ASSERT_EQ(spanning.seq_work_offset[6] - spanning.seq_work_offset[5], 1);
+  EXPECT_EQ(spanning.work_end[spanning.seq_work_offset[5]], 100);
 }
 
 // Whole sequences on a long-item build where the long-item rules find none and the sequences (16K to
