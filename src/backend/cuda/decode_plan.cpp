@@ -78,12 +78,14 @@ bool short_build_fits(const DecodePlanInputs& in, int64_t chunk_tokens) {
 }
 
 // Whether the format has long-item builds (nvfp4 at head_dim 64 and 128): its plans size their waves
-// without the trailing padding (spanned_seqs). The other formats' plans count it as rows: measured
-// both ways, fp8 came out mixed (H200, 2026-12-03, graph replays, both orders, twice, the engine's
-// padded batches, µs counted -> free: 32K x 31 (+1) 469.4 -> 492.7, x 20 (+4) 323.7 -> 333.9, x 17
-// (+7) 280.5 -> 285.8, x 40 (+8) 636.7 -> 648.8; but x 34 (+14) 547.0 -> 530.7, x 50 (+14) 814.0 ->
-// 795.0, x 100 (+28) 1571.8 -> 1523.7, 16K x 100 (+28) 834.9 -> 773.7, 64K x 50 (+14) 1634.5 ->
-// 1527.5, 128K x 50 (+14) 3268.0 -> 3009.9).
+// without the trailing padding (spanned_seqs). For the other formats neither way wins everywhere
+// (H200, 2026-12-03, fp8, graph replays, both orders, twice, the engine's padded batches, µs with
+// the padding counted as rows -> without: 32K x 31 (+1) 469.4 -> 492.7, x 20 (+4) 323.7 -> 333.9, x
+// 17 (+7) 280.5 -> 285.8, x 40 (+8) 636.7 -> 648.8; but x 34 (+14) 547.0 -> 530.7, x 50 (+14) 814.0
+// -> 795.0, x 100 (+28) 1571.8 -> 1523.7, 16K x 100 (+28) 834.9 -> 773.7, 64K x 50 (+14) 1634.5 ->
+// 1527.5, 128K x 50 (+14) 3268.0 -> 3009.9), so their plan takes whichever chunk has the lower
+// estimated makespan (list_makespan): right at 9 of those 12 shapes and within 1% at a tenth (16K x
+// 50 (+14)); wrong at 32K x 34 (+14) and x 40 (+8), by 3% and 2%. Counting the padding is wrong at 7.
 bool has_long_items(const DecodePlanInputs& in) {
   for (const DecodeLongItemBuild& b : in.long_items) {
     if (b.warps > 0) return true;
@@ -96,9 +98,10 @@ bool has_long_items(const DecodePlanInputs& in) {
 // the longest sequence into 1, 2, ... items (chunks never below min_granules) and takes the fewest
 // splits whose efficiency is within 5% of the best (fewer splits = less merge work): a batch that
 // already fills whole waves stays unsplit. Chunks of more than one granule are rounded up to a
-// multiple of `multiple`. Returns the chunk in granules.
+// multiple of `multiple`. The trailing padding (spanned_seqs) counts as rows unless `padding_free`.
+// Returns the chunk in granules.
 int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_t min_granules, int64_t blocks_per_sm,
-                        int64_t multiple) {
+                        int64_t multiple, bool padding_free) {
   const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
   const int64_t slots = in.num_sms * blocks_per_sm;
   const int64_t max_split = std::max<int64_t>(1, std::min<int64_t>(256, max_granules / min_granules));
@@ -109,7 +112,7 @@ int64_t chunk_for_slots(const DecodePlanInputs& in, int64_t max_granules, int64_
     int64_t cg = (max_granules + split - 1) / split;
     if (cg > 1) cg = (cg + multiple - 1) / multiple * multiple;
     if (!chunk_granules.empty() && cg == chunk_granules.back()) continue;
-    const int64_t items = has_long_items(in) ? count_spanned_items(in, cg) : count_items(in, cg);
+    const int64_t items = padding_free ? count_spanned_items(in, cg) : count_items(in, cg);
     const double waves = static_cast<double>(items * blocks_per_item) / static_cast<double>(slots);
     const double eff = waves / std::ceil(waves);
     efficiency.push_back(eff);
@@ -400,7 +403,8 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     const int64_t max_granules = granules_of(max_len);
     int64_t min_granules = std::max<int64_t>(1, in.min_chunk_tokens / kDecodeSplitGranule);
     const int64_t base_blocks_per_sm = std::min(in.blocks_per_sm, kDecodeMemoryBoundBlocksPerSm);
-    int64_t cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
+    const bool padding_free = has_long_items(in);
+    int64_t cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple, padding_free);
     // A short batch whose finest split still leaves more than half the SMs without a block: halve the
     // floor once (1 × 1K: 8 items of 128 tokens, 11.0 µs, against 4 of 256, 11.9 µs, every format).
     const int64_t idle_granules = kDecodeIdleChunkTokens / kDecodeSplitGranule;
@@ -411,25 +415,25 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     if (min_granules > idle_granules &&
         2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
       min_granules = idle_granules;
-      cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
+      cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple, padding_free);
       // Issue-bound formats: one granule per item while half the SMs would still idle (1 × 1K: 16 items;
       // decode_plan.h), unless the short-item build takes the batch (below).
       if (in.blocks_per_sm > base_blocks_per_sm && min_granules > 1 && !short_items_fit &&
           2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
         min_granules = 1;
-        cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple);
+        cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple, padding_free);
       }
     }
     if (in.blocks_per_sm > base_blocks_per_sm) {
       const int64_t cg_full =
-          chunk_for_slots(in, max_granules, min_granules, in.blocks_per_sm, in.item_granule_multiple);
+          chunk_for_slots(in, max_granules, min_granules, in.blocks_per_sm, in.item_granule_multiple, padding_free);
       if (cg_full * kDecodeSplitGranule >= kDecodeLongItemTokens) cg = cg_full;
       // The first long-item build whose items, sized for its own slots, are long enough (wide_fits).
       bool long_build = false;
       for (const DecodeLongItemBuild& b : in.long_items) {
         if (b.warps <= 0) continue;
         const int64_t cg_wide =
-            chunk_for_slots(in, max_granules, min_granules, b.blocks_per_sm, b.item_granule_multiple);
+            chunk_for_slots(in, max_granules, min_granules, b.blocks_per_sm, b.item_granule_multiple, padding_free);
         if (wide_fits(in, b, cg_wide)) {
           cg = cg_wide;
           long_build = true;
@@ -460,7 +464,20 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     }
     // Formats without long-item builds, mixed lengths: the chunk of the lowest estimated makespan
     // (decode_plan.h, "Mixed lengths"); nvfp4 takes units for them below.
-    if (!has_long_items(in) && lengths_mixed(in)) cg = mixed_chunk_granules(in, cg, min_granules, base_blocks_per_sm);
+    if (!has_long_items(in) && lengths_mixed(in)) {
+      cg = mixed_chunk_granules(in, cg, min_granules, base_blocks_per_sm);
+    } else if (!has_long_items(in) && spanned_seqs(in) < num_seqs) {
+      // Uniform with trailing padding: the rule's chunk with the padding counted as rows, or without
+      // it, whichever has the lower estimated makespan (has_long_items).
+      const int64_t free_cg =
+          chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple, true);
+      const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
+      auto makespan = [&](int64_t g) {
+        return list_makespan(chunk_item_work(in, g * kDecodeSplitGranule, 0), blocks_per_item, in.num_sms,
+                             base_blocks_per_sm);
+      };
+      if (free_cg != cg && makespan(free_cg) < makespan(cg)) cg = free_cg;
+    }
     // The short-item build takes a batch whose longer items would leave more than half the SMs idle:
     // at 1 x 1025 the rules above give 256-token items (17 granules in at most 8 splits, rounded to
     // the granule multiple), 40 blocks; this gives 9 items of 128 on 72.

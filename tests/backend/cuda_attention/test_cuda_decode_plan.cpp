@@ -530,7 +530,7 @@ TEST(DecodeSplitPlan, SpanningUnitsWhereTheChunkPlanLeavesTheLongItemBuilds) {
 // The engine's decode batches as it pads them for CUDA graphs (runtime/forward_step.cpp: 2-token
 // sequences up to the graph bucket). nvfp4 sizes its long-item waves without the padding and runs
 // units where its chunk plan then has no long-item build, each padding sequence a unit of its own
-// after them; fp8 counts the padding as before. H200, 2026-12-03, graph replays, GQA 4, nvfp4 µs
+// after them; fp8 weighs counting it or not by makespan. H200, 2026-12-03, graph replays, GQA 4, nvfp4 µs
 // before -> after (bench_decode_attention --engine-batches).
 TEST(DecodeSplitPlan, TheEnginesPaddedBatchesRunUnitsWithThePaddingLast) {
   struct Case {
@@ -581,15 +581,20 @@ TEST(DecodeSplitPlan, TheEnginesPaddedBatchesRunUnitsWithThePaddingLast) {
       EXPECT_EQ(plan.work_end[w], alone.work_end[w]) << what;
     }
   }
-  // fp8 counts the padding (measured both ways, mixed: decode_plan.cpp, has_long_items): 31 (+1) x
-  // 32K runs whole sequences on 256 blocks (469 us; 1984-token items without the padding, 492).
-  std::vector<int32_t> lens(31, 32768);
-  const auto unpadded = plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, lens));
-  lens.push_back(2);
-  const auto padded = plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, lens));
-  expect_covers(padded, lens);
-  EXPECT_EQ(padded.chunk_tokens, 32768);
-  EXPECT_EQ(unpadded.chunk_tokens, 1984);
+  // fp8 takes the chunk of the lower estimated makespan with the padding counted as rows or not
+  // (decode_plan.cpp, has_long_items): 31 (+1) x 32K runs whole sequences on 256 blocks (469 us;
+  // 1984-token items without the padding, 492); 50 (+14) x 32K 4736-token items (795 us; whole
+  // sequences in 1.5 waves with it counted, 814).
+  for (const auto& [batch, pads, chunk, unpadded_chunk] :
+       {std::tuple<int32_t, int32_t, int32_t, int32_t>{31, 1, 32768, 1984}, {50, 14, 4736, 4736}}) {
+    std::vector<int32_t> lens(batch, 32768);
+    const auto unpadded = plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, lens));
+    lens.resize(static_cast<size_t>(batch + pads), 2);
+    const auto padded = plan_decode_splits(engine_inputs(quant::ElemFormat::kFP8, lens));
+    expect_covers(padded, lens);
+    EXPECT_EQ(padded.chunk_tokens, chunk) << batch << " (+" << pads << ")";
+    EXPECT_EQ(unpadded.chunk_tokens, unpadded_chunk) << batch;
+  }
 }
 
 // Lengths log-uniform in [ctx / 16, ctx] from a fixed generator, as bench_decode_attention --mixed
