@@ -104,6 +104,7 @@
 #include "backend/cuda/kv_write.h"
 #include "cache/page_layout.h"
 #include "quant/kv_format.h"
+#include "mixed_lengths.h"
 #include "read_bandwidth.h"
 
 namespace nibble::bench {
@@ -132,26 +133,9 @@ constexpr int32_t kEnginePadTokens = 2;
 // --mixed SEED: lengths log-uniform in [ctx / 16, ctx] (shape_lengths); 0 = every sequence ctx long.
 uint64_t g_mixed_seed = 0;
 
-// The lengths of a shape's `batch` sequences: all `ctx`, or with --mixed, each drawn log-uniformly from
-// [ctx / 16, ctx] (splitmix64 from the seed and the shape, so every format and plan sees the same).
-std::vector<int32_t> shape_lengths(int64_t ctx, int64_t batch) {
-  std::vector<int32_t> lens(batch, static_cast<int32_t>(ctx));
-  if (g_mixed_seed == 0) return lens;
-  uint64_t state = g_mixed_seed ^ (static_cast<uint64_t>(ctx) << 20) ^ static_cast<uint64_t>(batch);
-  auto next = [&state] {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  const double lo = std::log(std::max<double>(1.0, static_cast<double>(ctx) / 16.0));
-  const double hi = std::log(static_cast<double>(ctx));
-  for (int32_t& len : lens) {
-    const double u = static_cast<double>(next() >> 11) * 0x1.0p-53;  // [0, 1)
-    len = std::clamp<int32_t>(static_cast<int32_t>(std::exp(lo + u * (hi - lo))), 1, static_cast<int32_t>(ctx));
-  }
-  return lens;
-}
+// The lengths of a shape's `batch` sequences: all `ctx`, or with --mixed, log-uniform in [ctx / 16,
+// ctx] (bench/common/mixed_lengths.h).
+std::vector<int32_t> shape_lengths(int64_t ctx, int64_t batch) { return bench::mixed_lengths(ctx, batch, g_mixed_seed); }
 
 struct Device {
   int sms = 0;

@@ -54,7 +54,10 @@
 //   bench_model_decode [--model llama3-8b|qwen3-8b|...] [--layers N] [--contexts 1024,32768]
 //                      [--kv bf16,nvfp4] [--steps 48] [--batch 1]
 //                      [--modes 0,...,10] [--no-products] [--product-rows 1,4,8] [--no-breakdown]
-//                      [--skip attention,rope_kv_write,both] [--timeline]
+//                      [--skip attention,rope_kv_write,both] [--timeline] [--mixed SEED]
+//   --mixed SEED: the batch's contexts drawn log-uniformly from [context / 16, context]
+//          (bench/common/mixed_lengths.h, as the decode benchmark's --mixed), a serving batch's mix;
+//          the context column is then the longest possible, the weights+KV limit counts the drawn.
 //   modes: 0 graph + GEMV, 1 eager, 2 graph + cuBLAS, 3 graph + GEMV without PDL, 4 graph + GEMV,
 //          RoPE and KV write unfused, 5 graph + GEMV, the decode merge triggering the o GEMV at its
 //          end instead of its start, 6 graph + GEMV, the token sampled on the device (as the engine
@@ -93,6 +96,7 @@
 #include "quant/kv_format.h"
 #include "kernel_timeline.h"
 #include "op_timer.h"
+#include "mixed_lengths.h"
 #include "read_bandwidth.h"
 #include "runtime/forward_step.h"
 
@@ -153,6 +157,9 @@ struct Args {
   // (OpTimer::Skip), to show what they cost inside the graph. Timing only: the logits are not the model's.
   std::vector<std::string> skips;
   bool timeline = false;  // --timeline: the CUPTI kernel timeline of the engine's step (kernel_timeline.h)
+  // --mixed SEED: the batch's contexts drawn log-uniformly from [context / 16, context] (the decode
+  // benchmark's --mixed, bench/common/mixed_lengths.h) instead of all `context`; 0 = all alike.
+  uint64_t mixed_seed = 0;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -204,6 +211,12 @@ Args parse_args(int argc, char** argv) {
       a.breakdown = false;
     } else if (arg == "--timeline") {
       a.timeline = true;
+    } else if (arg == "--mixed") {
+      const std::string v = value();
+      NIBBLE_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() <= 18 &&
+                       std::stoull(v) > 0,
+                   "--mixed: '{}' is not a positive integer seed", v);
+      a.mixed_seed = std::stoull(v);
     } else if (arg == "--skip") {
       for (const std::string& k : split(value())) {
         NIBBLE_CHECK(k == "attention" || k == "rope_kv_write" || k == "both",
@@ -220,7 +233,7 @@ Args parse_args(int argc, char** argv) {
     } else {
       NIBBLE_FAIL("unknown argument '{}' (--model NAME --layers N --contexts a,b --kv bf16,nvfp4 --steps N --batch N "
                   "--modes 0,...,10 --no-products --product-rows 1,4,8 --no-breakdown "
-                  "--skip attention,rope_kv_write,both --timeline)",
+                  "--skip attention,rope_kv_write,both --timeline --mixed SEED)",
                   arg);
     }
   }
@@ -510,6 +523,10 @@ int run(int argc, char** argv) {
     cudaEventDestroy(end);
     cuda.set_gemv_everywhere(false);
   }
+  if (args.mixed_seed != 0) {
+    std::printf("# contexts of each batch log-uniform in [context/16, context], seed %llu (--mixed)\n",
+                static_cast<unsigned long long>(args.mixed_seed));
+  }
   std::printf("| KV | context | batch | CUDA graph | ms/step | tokens/s | weight-read limit ms | of limit | "
               "weights+KV limit ms | of limit |\n|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
@@ -544,12 +561,18 @@ int run(int argc, char** argv) {
       const double kv_bytes_per_token = static_cast<double>(pool.layout().page_bytes()) / page_size;
       // Median wall time of args.steps decode steps after 3 warm-up steps (eager, capture, replay).
       // sampled: the token drawn on the device (greedy) instead of the logits copied back.
-      // The steps of the batch's sequences at `position`: sequence i reads its own pages; `token` holds
-      // their tokens (fed_row >= 0: each takes row i of the previous step's draws instead).
+      // The batch's contexts: all `context`, or drawn (--mixed); the KV bytes a step reads follow them.
+      const std::vector<int32_t> seq_contexts = bench::mixed_lengths(context, batch, args.mixed_seed);
+      int64_t batch_tokens = 0;
+      for (const int32_t c : seq_contexts) batch_tokens += c;
+      // The batch's steps `step` positions past their contexts: sequence i at seq_contexts[i] - 1 + step
+      // reads its own pages; `token` holds their tokens (fed_row >= 0: each takes row i of the previous
+      // step's draws instead).
       std::vector<int32_t> tokens(static_cast<size_t>(batch));
-      auto batch_steps = [&](int64_t position, bool fed) {
+      auto batch_steps = [&](int64_t step, bool fed) {
         std::vector<backend::SequenceStep> steps;
         for (int64_t i = 0; i < batch; ++i) {
+          const int64_t position = seq_contexts[static_cast<size_t>(i)] - 1 + step;
           steps.push_back({.first_position = position,
                            .tokens = {&tokens[static_cast<size_t>(i)], 1},
                            .pages = {pages.data() + i * pages_needed,
@@ -562,9 +585,8 @@ int run(int argc, char** argv) {
       auto time_steps = [&](bool sampled = false) {
         std::vector<double> times;
         for (int step = 0; step < args.steps + 3; ++step) {
-          const int64_t position = context - 1 + step;
           for (int64_t i = 0; i < batch; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(1000 + step + i);
-          const std::vector<backend::SequenceStep> s = batch_steps(position, false);
+          const std::vector<backend::SequenceStep> s = batch_steps(step, false);
           const auto begin = std::chrono::steady_clock::now();
           if (sampled) {
             const std::vector<backend::SampledToken> drawn =
@@ -586,14 +608,14 @@ int run(int argc, char** argv) {
       auto time_overlapped_steps = [&] {
         backend::Backend& be = tf.backend();
         for (int64_t i = 0; i < batch; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(1000 + i);
-        std::vector<backend::SequenceStep> s = batch_steps(context - 1, false);
+        std::vector<backend::SequenceStep> s = batch_steps(0, false);
         be.sample_launch(runtime::launch_forward_step(tf, pool, quant::Rotation::kNone, s), greedy);
         std::fill(tokens.begin(), tokens.end(), -1);  // placeholders: every later step is fed its tokens
         std::vector<double> times;
         std::vector<backend::SampledToken> drawn(static_cast<size_t>(batch));
         auto last = std::chrono::steady_clock::now();
         for (int step = 1; step <= args.steps + 3; ++step) {
-          s = batch_steps(context - 1 + step, true);
+          s = batch_steps(step, true);
           const backend::Tensor logits = runtime::launch_forward_step(tf, pool, quant::Rotation::kNone, s);
           be.sample_wait(drawn);  // step - 1's tokens, while step runs
           for (const backend::SampledToken& d : drawn) {
@@ -630,7 +652,7 @@ int run(int argc, char** argv) {
                                           "on, sampled, overlapped, GEMV for every product it takes"};
         const double weight_limit = weight_bytes / bandwidth;
         const double total_limit =
-            (weight_bytes + kv_bytes_per_token * static_cast<double>(context * batch)) / bandwidth;
+            (weight_bytes + kv_bytes_per_token * static_cast<double>(batch_tokens)) / bandwidth;
         std::printf("| %s | %lld | %lld | %s | %.3f | %.1f | %.3f | %.1f%% | %.3f | %.1f%% |\n",
                     quant::kv_dtype_name(kv), static_cast<long long>(context), static_cast<long long>(batch),
                     mode_names[mode], t * 1e3, static_cast<double>(batch) / t, weight_limit * 1e3,
