@@ -64,6 +64,9 @@ struct RunSpec {
   // device's): a few SMs let small runs make units that span sequences.
   int32_t span_units = -1;
   int64_t plan_sms = 0;
+  // The plan's own rule (span_units -1) must give units that span sequences (mixed contexts,
+  // decode_plan.h "Mixed lengths"), else the run tests something else.
+  bool expect_spanning = false;
   // The plan is offered the format's short-item build (decode_short_item_warps: 8-warp blocks, one
   // 16-token chunk per warp, for 128-token items on a grid of one block per SM), as the engine; off:
   // those items run 4-warp blocks, two chunks per warp.
@@ -298,6 +301,7 @@ void run_and_compare(const RunSpec& r) {
       ASSERT_TRUE(plan.spans_units()) << r.span_units << " warps, " << plan.num_work << " items";
       ASSERT_EQ(plan.block_warps, r.span_units);
     }
+    if (r.expect_spanning && chunk == 0) ASSERT_TRUE(plan.spans_units()) << plan.num_work << " items";
     const DeviceBuffer d_plan = DeviceBuffer::from(plan.packed());
     DeviceBuffer partial_out(std::max<int64_t>(1, decode_partial_out_floats(plan, num_q_heads, d)) * sizeof(float));
     DeviceBuffer partial_lse(static_cast<size_t>(plan.num_work) * num_q_heads * sizeof(float));
@@ -549,6 +553,20 @@ TEST(CudaDecodeNvfp4Steps, SpanningUnitsMatchTheOracle) {
         }
       }
     }
+  }
+}
+
+// A batch of mixed contexts with the engine's padding at its end, planned by the rule (decode_plan.h,
+// "Mixed lengths"; sized for 8 SMs so that this small batch makes units): nvfp4 runs spanning units,
+// one of them chaining three sequences and the head of a fourth, the padding a unit of its own; fp8
+// and bf16 run the chunk of the lowest estimated makespan.
+TEST(CudaDecodeNvfp4Steps, MixedContextsMatchTheOracle) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  const std::vector<int32_t> lens = {20000, 3000, 9000, 1500, 700, 12000, 2};
+  for (const KvDtype dtype : {KvDtype::kNVFP4, KvDtype::kFP8, KvDtype::kBF16}) {
+    run_and_compare({.dtype = dtype, .head_dim = 128, .kv_heads = 2, .group = 4, .page_size = 16, .seq_lens = lens,
+                     .chunk_variants = {0}, .plan_sms = 8, .expect_spanning = dtype == KvDtype::kNVFP4});
+    if (HasFailure()) return;
   }
 }
 
