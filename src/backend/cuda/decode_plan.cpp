@@ -306,7 +306,8 @@ std::vector<double> chunk_item_work(const DecodePlanInputs& in, int64_t chunk, i
 
 // The chunk of the lowest estimated makespan for a mixed batch of a format without long-item builds
 // (decode_plan.h, "Mixed lengths"): the rule's chunk `cg` (granules) or an even share of the batch's
-// work per slot, or a half, third or quarter of it, at `blocks_per_sm`; the rule's wins ties.
+// work per slot, or a half, third or quarter of it, at `blocks_per_sm`; the rule's unless another's
+// is lower by more than kDecodeMakespanMargin (the estimate is rough where blocks are short).
 int64_t mixed_chunk_granules(const DecodePlanInputs& in, int64_t cg, int64_t min_granules, int64_t blocks_per_sm) {
   const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
   int64_t total = 0;
@@ -314,8 +315,8 @@ int64_t mixed_chunk_granules(const DecodePlanInputs& in, int64_t cg, int64_t min
   const double share = static_cast<double>(total) * static_cast<double>(blocks_per_item) /
                        static_cast<double>(in.num_sms * blocks_per_sm);
   int64_t best = cg;
-  double best_ms = list_makespan(chunk_item_work(in, cg * kDecodeSplitGranule, 0), blocks_per_item, in.num_sms,
-                                 blocks_per_sm);
+  double best_ms = (1.0 - kDecodeMakespanMargin) * list_makespan(chunk_item_work(in, cg * kDecodeSplitGranule, 0),
+                                                                 blocks_per_item, in.num_sms, blocks_per_sm);
   for (int k = 1; k <= 4; ++k) {
     int64_t g = std::max<int64_t>(min_granules, granules_of(static_cast<int64_t>(std::ceil(share / k))));
     if (g > 1) g = (g + in.item_granule_multiple - 1) / in.item_granule_multiple * in.item_granule_multiple;

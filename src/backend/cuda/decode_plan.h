@@ -155,6 +155,7 @@ inline constexpr int64_t kDecodeShortItemTailTokens = kTcChunkTokens;
 inline constexpr double kDecodeMixedLengthRatio = 1.25;
 inline constexpr int64_t kDecodeBlockOverheadTokens = 512;
 inline constexpr double kDecodeUnitsLoopCost = 1.04;
+inline constexpr double kDecodeMakespanMargin = 0.05;  // a chunk other than the rule's must gain this
 
 inline constexpr int64_t kDecodeWideItemTokens = 4096;
 inline constexpr int64_t kDecodeWideManyWavesTokens = 32768;     // the 8-warp build
