@@ -135,7 +135,9 @@ uint64_t g_mixed_seed = 0;
 
 // The lengths of a shape's `batch` sequences: all `ctx`, or with --mixed, log-uniform in [ctx / 16,
 // ctx] (bench/common/mixed_lengths.h).
-std::vector<int32_t> shape_lengths(int64_t ctx, int64_t batch) { return bench::mixed_lengths(ctx, batch, g_mixed_seed); }
+std::vector<int32_t> shape_lengths(int64_t ctx, int64_t batch) {
+  return bench::mixed_lengths(ctx, batch, g_mixed_seed);
+}
 
 struct Device {
   int sms = 0;

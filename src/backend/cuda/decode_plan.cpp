@@ -51,7 +51,9 @@ int64_t spanned_seqs(const DecodePlanInputs& in) {
 // Work items of the spanned sequences (above).
 int64_t count_spanned_items(const DecodePlanInputs& in, int64_t chunk_granules) {
   int64_t items = 0;
-  for (int64_t s = 0, n = spanned_seqs(in); s < n; ++s) items += items_of(in.seq_lens[s], chunk_granules * kDecodeSplitGranule, 0);
+  for (int64_t s = 0, n = spanned_seqs(in); s < n; ++s) {
+    items += items_of(in.seq_lens[s], chunk_granules * kDecodeSplitGranule, 0);
+  }
   return items;
 }
 
@@ -405,7 +407,8 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     int64_t min_granules = std::max<int64_t>(1, in.min_chunk_tokens / kDecodeSplitGranule);
     const int64_t base_blocks_per_sm = std::min(in.blocks_per_sm, kDecodeMemoryBoundBlocksPerSm);
     const bool padding_free = has_long_items(in);
-    int64_t cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple, padding_free);
+    int64_t cg =
+        chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple, padding_free);
     // A short batch whose finest split still leaves more than half the SMs without a block: halve the
     // floor once (1 × 1K: 8 items of 128 tokens, 11.0 µs, against 4 of 256, 11.9 µs, every format).
     const int64_t idle_granules = kDecodeIdleChunkTokens / kDecodeSplitGranule;
@@ -422,7 +425,8 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
       if (in.blocks_per_sm > base_blocks_per_sm && min_granules > 1 && !short_items_fit &&
           2 * count_items(in, cg) * in.num_kv_heads * in.group_chunks < in.num_sms) {
         min_granules = 1;
-        cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple, padding_free);
+        cg = chunk_for_slots(in, max_granules, min_granules, base_blocks_per_sm, in.item_granule_multiple,
+                             padding_free);
       }
     }
     if (in.blocks_per_sm > base_blocks_per_sm) {

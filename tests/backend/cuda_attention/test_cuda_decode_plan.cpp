@@ -614,7 +614,9 @@ std::vector<int32_t> mixed_lengths(int32_t batch, int32_t ctx, uint64_t seed) {
 std::pair<int64_t, double> longest_item_and_share(const DecodeSplitPlan& plan, const std::vector<int32_t>& lens,
                                                   int64_t slots) {
   int64_t longest = 0, total = 0;
-  for (int32_t w = 0; w < plan.num_work; ++w) longest = std::max<int64_t>(longest, plan.work_end[w] - plan.work_begin[w]);
+  for (int32_t w = 0; w < plan.num_work; ++w) {
+    longest = std::max<int64_t>(longest, plan.work_end[w] - plan.work_begin[w]);
+  }
   for (int32_t len : lens) total += len;
   return {longest, static_cast<double>(total) * 8 / static_cast<double>(slots)};
 }
