@@ -309,8 +309,10 @@ std::vector<double> chunk_item_work(const DecodePlanInputs& in, int64_t chunk, i
 // The chunk of the lowest estimated makespan for a mixed batch of a format without long-item builds
 // (decode_plan.h, "Mixed lengths"): the rule's chunk `cg` (granules) or an even share of the batch's
 // work per slot, or a half, third or quarter of it, at `blocks_per_sm`; the rule's unless another's
-// is lower by more than kDecodeMakespanMargin (the estimate is rough where blocks are short).
+// is lower by more than kDecodeMakespanMargin. The estimate is rough where blocks are short (its
+// overhead term then dominates), so rule chunks under kDecodeLongItemTokens stay.
 int64_t mixed_chunk_granules(const DecodePlanInputs& in, int64_t cg, int64_t min_granules, int64_t blocks_per_sm) {
+  if (cg * kDecodeSplitGranule < kDecodeLongItemTokens) return cg;
   const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
   int64_t total = 0;
   for (int64_t s = 0, n = spanned_seqs(in); s < n; ++s) total += in.seq_lens[s];

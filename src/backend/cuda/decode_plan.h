@@ -151,7 +151,8 @@ inline constexpr int64_t kDecodeShortItemTailTokens = kTcChunkTokens;
 // (list scheduling), each block's work its tokens plus kDecodeBlockOverheadTokens, in SM time (a
 // build of k blocks per SM gives each a k-th of it), spanning units' work times kDecodeUnitsLoopCost
 // (their build's loop, ~4%). nvfp4 then takes units where their makespan is the lower; the other
-// formats take the chunk of the lowest makespan among their rule's and even shares of the batch.
+// formats take the chunk of the lowest makespan among their rule's and even shares of the batch
+// (where the rule's items are at least kDecodeLongItemTokens and another gains kDecodeMakespanMargin).
 inline constexpr double kDecodeMixedLengthRatio = 1.25;
 inline constexpr int64_t kDecodeBlockOverheadTokens = 512;
 inline constexpr double kDecodeUnitsLoopCost = 1.04;
