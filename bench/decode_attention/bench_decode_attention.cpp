@@ -688,6 +688,8 @@ int main(int argc, char** argv) {
     report["timing"] = timing;
     report["timing_modes"] = "graph: CUDA-graph replay, per call; eager: host launches back to back";
     report["sustain_seconds"] = g_sustain.seconds;
+    report["engine_batches"] = g_engine_batches;
+    report["mixed_seed"] = g_mixed_seed;  // 0: every sequence ctx long
 
     std::string header = fmt::format("{:>4} {:>7} {:>6} {:>6} |", "gqa", "ctx", "batch", "timing");
     for (KvDtype d : dtypes) header += fmt::format(" {:>22} |", fmt::format("{} us GB/s %BW", quant::kv_dtype_name(d)));
