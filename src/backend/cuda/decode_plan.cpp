@@ -331,26 +331,42 @@ int64_t mixed_chunk_granules(const DecodePlanInputs& in, int64_t cg, int64_t min
   return best;
 }
 
-// For a mixed batch (decode_plan.h, "Mixed lengths"): whether build b's spanning units have a lower
-// estimated makespan than the chunk plan of `chunk` tokens on the build that plan runs (the rules
-// below in plan_decode_splits: a long-item build, whole sequences on `whole_build`, the short-item
-// build, or the 4-warp one). A sequence shorter than a round inside the batch is one more item of
-// the unit that reaches it, its block overhead counted like any item's.
-bool units_beat_chunk(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t units, int64_t chunk,
-                      const DecodeLongItemBuild* whole_build) {
-  if (b.blocks_per_sm != kDecodeSpanUnitBlocksPerSm) return false;
-  int64_t chunk_bps = in.blocks_per_sm, tail_tokens = 0;
-  for (const DecodeLongItemBuild& other : in.long_items) {
-    if (wide_fits(in, other, chunk / kDecodeSplitGranule)) {
-      chunk_bps = other.blocks_per_sm;
+// The build a chunk plan of `chunk` tokens runs: the first long-item build whose rule the chunk meets
+// (the heuristic's choice in plan_decode_splits: a build rejected there has fewer, longer items on
+// its own plan, so it cannot fit the chosen one; or a forced chunk's), or `whole_build` (whole
+// sequences), or the short-item build (one to four 16-token chunks per warp, at most one block per
+// SM; a sequence's tail of one chunk joins the item before it); else the 4-warp one (warps 0).
+struct ChunkBuild {
+  int32_t warps = 0;
+  int64_t blocks_per_sm = 0;
+  int64_t tail_tokens = 0;
+};
+ChunkBuild chunk_plan_build(const DecodePlanInputs& in, int64_t chunk, const DecodeLongItemBuild* whole_build) {
+  ChunkBuild build{.warps = 0, .blocks_per_sm = in.blocks_per_sm};
+  for (const DecodeLongItemBuild& b : in.long_items) {
+    if (wide_fits(in, b, chunk / kDecodeSplitGranule)) {
+      build = {.warps = b.warps, .blocks_per_sm = b.blocks_per_sm};
       break;
     }
   }
-  if (whole_build != nullptr) chunk_bps = whole_build->blocks_per_sm;
-  if (short_build_fits(in, chunk)) chunk_bps = 1, tail_tokens = kDecodeShortItemTailTokens;
+  if (whole_build != nullptr) build = {.warps = whole_build->warps, .blocks_per_sm = whole_build->blocks_per_sm};
+  if (short_build_fits(in, chunk)) {
+    build = {.warps = in.short_item_warps, .blocks_per_sm = 1, .tail_tokens = kDecodeShortItemTailTokens};
+  }
+  return build;
+}
+
+// For a mixed batch (decode_plan.h, "Mixed lengths"): whether build b's spanning units have a lower
+// estimated makespan than the chunk plan of `chunk` tokens on the build that plan runs
+// (chunk_plan_build). A sequence shorter than a round inside the batch is one more item of the unit
+// that reaches it, its block overhead counted like any item's.
+bool units_beat_chunk(const DecodePlanInputs& in, const DecodeLongItemBuild& b, int64_t units, int64_t chunk,
+                      const DecodeLongItemBuild* whole_build) {
+  if (b.blocks_per_sm != kDecodeSpanUnitBlocksPerSm) return false;
+  const ChunkBuild build = chunk_plan_build(in, chunk, whole_build);
   const int64_t blocks_per_item = in.num_kv_heads * in.group_chunks;
-  const double chunk_ms =
-      list_makespan(chunk_item_work(in, chunk, tail_tokens), blocks_per_item, in.num_sms, chunk_bps);
+  const double chunk_ms = list_makespan(chunk_item_work(in, chunk, build.tail_tokens), blocks_per_item,
+                                        in.num_sms, build.blocks_per_sm);
   DecodeSplitPlan spanning;
   span_units(in, b, units, spanning);
   std::vector<double> unit_work;
@@ -516,23 +532,9 @@ DecodeSplitPlan plan_decode_splits(const DecodePlanInputs& in) {
     }
   }
   plan.chunk_tokens = static_cast<int32_t>(chunk);
-  // The first long-item build whose rule the chunk meets: the heuristic's choice above (a build
-  // rejected there has fewer, longer items on its own plan, so it cannot fit the chosen one), or a
-  // forced chunk's; or the build of whole sequences.
-  for (const DecodeLongItemBuild& b : in.long_items) {
-    if (wide_fits(in, b, chunk / kDecodeSplitGranule)) {
-      plan.block_warps = b.warps;
-      break;
-    }
-  }
-  if (whole_build != nullptr) plan.block_warps = whole_build->warps;
-  // The short-item build: one to four 16-token chunks per warp, at most one block per SM; its
-  // sequences' tails of one chunk join the item before them.
-  int64_t tail_tokens = 0;
-  if (short_build_fits(in, chunk)) {
-    plan.block_warps = in.short_item_warps;
-    tail_tokens = kDecodeShortItemTailTokens;
-  }
+  const ChunkBuild build = chunk_plan_build(in, chunk, whole_build);
+  plan.block_warps = build.warps;
+  const int64_t tail_tokens = build.tail_tokens;
   plan.seq_work_offset.reserve(num_seqs + 1);
   for (int64_t s = 0; s < num_seqs; ++s) {
     plan.seq_work_offset.push_back(static_cast<int32_t>(plan.work_seq.size()));
