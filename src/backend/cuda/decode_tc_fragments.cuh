@@ -30,7 +30,7 @@ __device__ __forceinline__ int k_dim(int c, int r, int h) {
   } else {  // kNVFP4: 8-byte units of 16 dims (one block), two words each
     const int i = r / 8;
     const int unit = kHeadDim == 64 ? c : 8 * (i / 2) + 2 * c + (i % 2);
-    return 16 * unit + 8 * ((r % 8) / 4) + (r % 4) + 4 * h;
+    return 16 * unit + 8 * ((r % 8) / 4) + e2m1x8_element(r % 4, h);
   }
 }
 
@@ -60,9 +60,11 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// The 8 codes of x -> the fp16x2 patterns (E2M1 · 2^-14) of the pairs (codes p, p + 4), p = 0..3,
-// through high bytes (e2m1_decode.h): 11 integer ops for the 4 pairs.
-// Tried and rejected (H200, 2026-11-30, graph replays): K (and V) codes as E4M3 bytes (s<<7 |
+// nvfp4 codes are decoded by e2m1x8_f16x2 (e2m1_decode.h): a packed group of 8 -> the fp16x2
+// patterns (E2M1 · 2^-14) of elements (0, 2) (1, 3) (6, 4) (7, 5), 7 integer ops for the 4 pairs.
+// Before the cache's decode-order packing (twenty-ninth round) the nibbles were in element order
+// and took 11 (high bytes, then one byte permute per pair). Tried and rejected on that layout
+// (H200, 2026-11-30, graph replays): K (and V) codes as E4M3 bytes (s<<7 |
 // (e1 e0 m)<<2 = E2M1 · 2^-6) through the hardware e4m3x2 -> f16x2 convert, the raw scale pattern
 // exact in f16: bit-identical products, but more SASS (a shift per high-half convert) and slower:
 // 32 x 32K GQA 4 424.4 -> 445.1 (K) / 465.0 (K+V) us, 1 x 16K 17.9 -> 18.1 / 18.5.
@@ -74,14 +76,6 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
 // FMA pipe; the multiplier in __constant__ so that ptxas keeps the multiply; 32 SHF -> 32 IMAD.HI
 // per 32-token step, ALU work -8%): slower, 32 x 32K GQA 4 388.7 / 390.6 -> 402.6 / 404.1 us, 1 x 4K
 // 10.0 -> 10.6 (H200, 2026-11-30).
-__device__ __forceinline__ void e2m1x8_pairs(uint32_t x, uint32_t (&pairs)[4]) {
-  uint32_t lo_highs, hi_highs;
-  e2m1x8_high_bytes(x, lo_highs, hi_highs);
-  pairs[0] = f16x2_from_high_bytes_02(lo_highs);  // codes 0, 4
-  pairs[1] = f16x2_from_high_bytes_02(hi_highs);  // codes 1, 5
-  pairs[2] = f16x2_from_high_bytes_13(lo_highs);  // codes 2, 6
-  pairs[3] = f16x2_from_high_bytes_13(hi_highs);  // codes 3, 7
-}
 
 // Token `row` of the chunk: its K as B registers kb[kHeadDim/8] (f16 or bf16 pairs).
 template <ElemFormat KF, int kHeadDim>
@@ -127,7 +121,7 @@ __device__ __forceinline__ void load_k_regs(const uint8_t* k_data, const uint8_t
 #pragma unroll
       for (int w = 0; w < 2; ++w) {
         uint32_t pairs[4];
-        e2m1x8_pairs(words[2 * i + w], pairs);
+        e2m1x8_f16x2(words[2 * i + w], pairs);
 #pragma unroll
         for (int p = 0; p < 4; ++p) kb[8 * i + 4 * w + p] = hmul2_bits(pairs[p], s);
       }
@@ -233,17 +227,21 @@ __device__ __forceinline__ void nvfp4_v_scales(const uint8_t* v_scales, int g, i
   s23 = nvfp4_scales_f16x2(v_scales[rows[2] * kScaleRow + block], v_scales[rows[3] * kScaleRow + block]);
 }
 
-// nvfp4 V: the B registers of the two pv_pair calls of word q, dims 8q + 2j .. 8q + 2j + 3 (j = 0 or
-// 2): b[p] = (b0, b1, c0, c1) of n-tiles 8q + 2j + 2p and + 1, scaled.
+// nvfp4 V: the B registers of the two pv_pair calls of bytes j, j + 1 (j = 0 or 2) of word q (its
+// elements 8q .. 8q + 7 are this thread's dims 8q .. 8q + 7). One byte permute per row pair puts
+// bytes j, j + 1 of rows r0, r1 side by side, so e2m1x8_f16x2's pairs hold one dim of both rows:
+// b[0] = (b0, b1, c0, c1) of dims 8q + j, 8q + j + 1 (the upright codes: tokens in order), b[1] of
+// dims 8q + j + 4, 8q + j + 5 (the mirrored codes: each pair's tokens swapped, (r1, r0), which
+// pv_pair undoes by taking P's token pairs swapped too), scaled.
 template <int kHeadDim>
 __device__ __forceinline__ void nvfp4_v_pairs(uint32_t s01, uint32_t s23, const uint32_t (&w)[4][kNvfp4VWords<kHeadDim>],
                                               int q, int j, uint32_t (&b)[2][4]) {
   const uint32_t sel = j | ((j + 1) << 4) | ((j + 4) << 8) | ((j + 5) << 12);
-  const uint32_t x01 = __byte_perm(w[0][q], w[1][q], sel);  // nibble pairs (r0, r1) at dims 8q+2j..+3
+  const uint32_t x01 = __byte_perm(w[0][q], w[1][q], sel);  // bytes (r0.j, r0.j+1, r1.j, r1.j+1)
   const uint32_t x23 = __byte_perm(w[2][q], w[3][q], sel);
-  uint32_t p01[4], p23[4];  // (r0, r1) and (r2, r3) at dims 8q + 2j + p
-  e2m1x8_pairs(x01, p01);
-  e2m1x8_pairs(x23, p23);
+  uint32_t p01[4], p23[4];  // pair p: rows (r0, r1) / (r2, r3) at dims 8q + j + {0, 1, 4, 5}[p], the last two swapped
+  e2m1x8_f16x2(x01, p01);
+  e2m1x8_f16x2(x23, p23);
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
     b[p][0] = hmul2_bits(p01[2 * p], s01);
@@ -253,8 +251,18 @@ __device__ __forceinline__ void nvfp4_v_pairs(uint32_t s01, uint32_t s23, const 
   }
 }
 
+// Whether nvfp4_v_each gives the V pair m (n-tiles 2m, 2m + 1) with its token pairs swapped.
+__device__ __forceinline__ constexpr bool nvfp4_v_swapped(int m) { return m % 4 >= 2; }
+
+// P^T's B registers with the two tokens of every register swapped (for the swapped V pairs).
+__device__ __forceinline__ uint4 swap_token_pairs(const uint4& pa) {
+  return make_uint4(__byte_perm(pa.x, 0u, 0x1032), __byte_perm(pa.y, 0u, 0x1032), __byte_perm(pa.z, 0u, 0x1032),
+                    __byte_perm(pa.w, 0u, 0x1032));
+}
+
 // nvfp4 V of one chunk, pair by pair: fn(m, b) with b = pv_pair's (b0, b1, c0, c1) of n-tiles 2m,
-// 2m + 1 (m = 0 .. head_dim/16 - 1, in this order), decoded and scaled.
+// 2m + 1 (every m = 0 .. head_dim/16 - 1 once, in the order 4q, 4q + 2, 4q + 1, 4q + 3 per word q),
+// decoded and scaled; the tokens of pair m come swapped where nvfp4_v_swapped(m).
 template <int kHeadDim, typename Fn>
 __device__ __forceinline__ void nvfp4_v_each(const uint8_t* v_data, const uint8_t* v_scales, int g, int c, Fn&& fn) {
   uint32_t w[4][kNvfp4VWords<kHeadDim>];
@@ -267,8 +275,8 @@ __device__ __forceinline__ void nvfp4_v_each(const uint8_t* v_data, const uint8_
     for (int j = 0; j < 4; j += 2) {
       uint32_t b[2][4];
       nvfp4_v_pairs<kHeadDim>(s01, s23, w, q, j, b);
-      fn(4 * q + j, b[0]);
-      fn(4 * q + j + 1, b[1]);
+      fn(4 * q + j / 2, b[0]);      // dims 8q + j, + 1
+      fn(4 * q + j / 2 + 2, b[1]);  // dims 8q + j + 4, + 5 (swapped)
     }
   }
 }
@@ -326,14 +334,16 @@ __device__ __forceinline__ void pv_chunk(const uint8_t* v_data, const uint8_t* v
       }
     }
   } else {  // kNVFP4
+    const uint4 pt = swap_token_pairs(pa);
     nvfp4_v_each<kHeadDim>(v_data, v_scales, g, c, [&](int m, const uint32_t (&b)[4]) {
-      pv_pair<false, kOneP>(o, 2 * m, pa, b[0], b[1], b[2], b[3]);
+      pv_pair<false, kOneP>(o, 2 * m, nvfp4_v_swapped(m) ? pt : pa, b[0], b[1], b[2], b[3]);
     });
   }
 }
 
 // nvfp4 V, all of a chunk's B registers at once (vb[m] = pv_pair's b0, b1, c0, c1 of n-tiles 2m,
-// 2m + 1), so the decode can run before the softmax; pv_nvfp4_decoded issues the MMAs.
+// 2m + 1, tokens swapped where nvfp4_v_swapped(m)), so the decode can run before the softmax;
+// pv_nvfp4_decoded issues the MMAs.
 template <int kHeadDim>
 __device__ __forceinline__ void nvfp4_v_decode(const uint8_t* v_data, const uint8_t* v_scales, int g, int c,
                                                uint32_t (&vb)[kHeadDim / 16][4]) {
@@ -345,8 +355,10 @@ __device__ __forceinline__ void nvfp4_v_decode(const uint8_t* v_data, const uint
 template <int kHeadDim, bool kOneP>
 __device__ __forceinline__ void pv_nvfp4_decoded(const uint32_t (&vb)[kHeadDim / 16][4], const uint4& pa,
                                                  float (&o)[kHeadDim / 16][4]) {
+  const uint4 pt = swap_token_pairs(pa);
 #pragma unroll
-  for (int m = 0; m < kHeadDim / 16; ++m) pv_pair<false, kOneP>(o, 2 * m, pa, vb[m][0], vb[m][1], vb[m][2], vb[m][3]);
+  for (int m = 0; m < kHeadDim / 16; ++m)
+    pv_pair<false, kOneP>(o, 2 * m, nvfp4_v_swapped(m) ? pt : pa, vb[m][0], vb[m][1], vb[m][2], vb[m][3]);
 }
 
 }  // namespace nibble::cuda::detail

@@ -4,12 +4,25 @@
 //   sign -> bit 15, e1 e0 m -> bits 11..9
 // is an fp16 whose value is exactly E2M1(code) · 2^-14: for e > 0 the fp16 exponent field e gives
 // 2^(e-15)·(1 + m/2) = 2^-14 · 2^(e-1)·(1 + m/2); for e = 0 the fp16 subnormal m·2^-1·2^-14 is
-// 2^-14 · (m·0.5). The 2^14 is folded into the block scale (kE2M1F16Rescale), so decoding costs a
-// shift, two masks and an OR per pair of elements, and the conversion to float happens in the
-// fp16->f32 unit (or the pair feeds an f16 MMA directly).
+// 2^-14 · (m·0.5). The 2^14 is folded into the block scale (kE2M1F16Rescale). That pattern has an
+// all-zero low byte, and its high byte is the "upright" placement of quant/nvfp4.h's packing
+// (sign bit 7, magnitude bits 3..1): the cache stores codes that way, so decoding is masks.
 //
-// The format itself is defined in quant/e2m1.h; tests/backend/cuda_attention checks this decoder
-// against quant::f32_from_e2m1 for every code.
+// One group of 4 packed bytes (a little-endian word x, elements 8k .. 8k+7: byte j = element j
+// upright | element j+4 mirrored) gives four fp16x2 in 7 integer operations:
+//   (x << 8) & M   bytes 0, 2 upright   -> elements (0, 2)
+//    x       & M   bytes 1, 3 upright   -> elements (1, 3)
+//    y       & M   y = brev(x): byte k of y is byte 3-k of x bit-reversed, so the mirrored codes of
+//   (y << 8) & M   bytes 2, 0 and 3, 1 stand upright   -> elements (6, 4) and (7, 5)
+// with M = 0x8E008E00 (bits 15, 11..9 of each half). With nibbles in element order the same took 11
+// (two shifts and masks per four high bytes, one byte permute per pair): 32 × 32K GQA 4, H200,
+// 292.3 -> 278.4 us per decode call, 0.622 -> 0.593 × fp8 (PERFORMANCE.md, twenty-ninth round).
+// No placement of two codes per byte lets shifts alone do it (no four disjoint translates of the
+// pattern {15, 11, 10, 9} tile 16 bits); the bit reversal is the one extra permutation needed.
+//
+// The format itself is defined in quant/e2m1.h and quant/nvfp4.h; tests/backend/cuda_attention
+// (test_e2m1_decode.cpp) checks this decoder against quant::nvfp4_code_at for every byte in every
+// position.
 #include <cstdint>
 
 #include "quant/hd.h"
@@ -17,60 +30,29 @@
 namespace nibble::cuda {
 
 inline constexpr float kE2M1F16Rescale = 16384.0f;  // 2^14: fp16 pattern value -> E2M1 value
+inline constexpr uint32_t kE2M1F16x2Mask = 0x8E008E00u;  // sign and magnitude bits of both halves
 
-// Two codes at bits 0..3 and 16..19 of x -> two fp16 patterns (low half, high half).
-NIBBLE_HD uint32_t e2m1_pair_to_f16x2_bits(uint32_t x) {
-  return ((x & 0x00080008u) << 12) | ((x & 0x00070007u) << 9);
-}
+// The element (of the group's 8) in half h of pair p of e2m1x8_f16x2's output.
+NIBBLE_HD constexpr int e2m1x8_element(int p, int h) { return p < 2 ? p + 2 * h : p + 4 - 2 * h; }
 
-// One 32-bit word of packed codes (8 elements, element 2i in the low nibble of byte i) ->
-// four fp16x2 patterns holding elements (0,1) (2,3) (4,5) (6,7), low half = even element.
-NIBBLE_HD void e2m1x8_to_f16x2_bits(uint32_t word, uint32_t out[4]) {
-  // Spread so that each 16-bit lane holds one byte: lanes (b0, b1) and (b2, b3).
-  const uint32_t b01 = (word & 0x000000FFu) | ((word & 0x0000FF00u) << 8);  // b0 -> bits 0..7, b1 -> 16..23
-  const uint32_t b23 = ((word >> 16) & 0x000000FFu) | ((word >> 8) & 0x00FF0000u);
-  // In b01 the low nibbles hold elements 0 and 2, the high nibbles elements 1 and 3.
-  const uint32_t even01 = e2m1_pair_to_f16x2_bits(b01);        // (e0, e2)
-  const uint32_t odd01 = e2m1_pair_to_f16x2_bits(b01 >> 4);    // (e1, e3)
-  const uint32_t even23 = e2m1_pair_to_f16x2_bits(b23);        // (e4, e6)
-  const uint32_t odd23 = e2m1_pair_to_f16x2_bits(b23 >> 4);    // (e5, e7)
-  // Re-pair to (e0,e1) (e2,e3) (e4,e5) (e6,e7): low half of even with low half of odd, etc.
-  out[0] = (even01 & 0xFFFFu) | (odd01 << 16);
-  out[1] = (even01 >> 16) | (odd01 & 0xFFFF0000u);
-  out[2] = (even23 & 0xFFFFu) | (odd23 << 16);
-  out[3] = (even23 >> 16) | (odd23 & 0xFFFF0000u);
-}
-
-
-// ---- the decode kernels' form: high bytes first, then one byte permute per pair ------------------
-// An E2M1 pattern in fp16 has an all-zero low byte, so it is fully described by its high byte
-// H(code) = sign << 7 | magnitude << 1. The codes in the high nibbles of a word's bytes already
-// have their sign at bit 7: (x & 0x80808080) | ((x >> 3) & 0x0E0E0E0E) gives their four high bytes
-// in 3 ops; the low nibbles' from x << 4 and x << 1 in 4. One byte permute against zero (or one
-// mask) then makes each fp16x2: 11 integer ops for 4 pairs (the per-pair placement took ~15).
-
-// Byte permute with __byte_perm's semantics (selector nibble i picks byte s_i of {a, b}).
-NIBBLE_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
+NIBBLE_HD uint32_t reverse_bits32(uint32_t x) {
 #if defined(__CUDA_ARCH__)
-  return __byte_perm(a, b, selector);
+  return __brev(x);
 #else
-  const uint64_t both = static_cast<uint64_t>(a) | (static_cast<uint64_t>(b) << 32);
   uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((both >> (8 * ((selector >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
   return r;
 #endif
 }
 
-// x: 8 codes (nibble i = code i). lo_highs: bytes H(code 0), H(code 2), H(code 4), H(code 6);
-// hi_highs: H(code 1), H(code 3), H(code 5), H(code 7).
-NIBBLE_HD void e2m1x8_high_bytes(uint32_t x, uint32_t& lo_highs, uint32_t& hi_highs) {
-  lo_highs = ((x << 4) & 0x80808080u) | ((x << 1) & 0x0E0E0E0Eu);
-  hi_highs = (x & 0x80808080u) | ((x >> 3) & 0x0E0E0E0Eu);
+// x: one packed group of 8 codes -> out[p]: fp16x2 patterns (E2M1 · 2^-14) of elements
+// e2m1x8_element(p, 0) (low half) and e2m1x8_element(p, 1): (0, 2) (1, 3) (6, 4) (7, 5).
+NIBBLE_HD void e2m1x8_f16x2(uint32_t x, uint32_t (&out)[4]) {
+  const uint32_t y = reverse_bits32(x);
+  out[0] = (x << 8) & kE2M1F16x2Mask;
+  out[1] = x & kE2M1F16x2Mask;
+  out[2] = y & kE2M1F16x2Mask;
+  out[3] = (y << 8) & kE2M1F16x2Mask;
 }
-
-// fp16x2 patterns (value · 2^-14 as above) from a word of high bytes: bytes 0 and 2 -> (low, high
-// half), or bytes 1 and 3.
-NIBBLE_HD uint32_t f16x2_from_high_bytes_02(uint32_t highs) { return byte_perm(highs, 0u, 0x2404u); }
-NIBBLE_HD uint32_t f16x2_from_high_bytes_13(uint32_t highs) { return highs & 0xFF00FF00u; }
 
 }  // namespace nibble::cuda

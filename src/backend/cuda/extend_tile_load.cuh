@@ -155,12 +155,16 @@ __device__ __forceinline__ void convert_units(uint32_t tile, const unsigned char
       const uint32_t word = *reinterpret_cast<const uint32_t*>(raw + r * (D / 2) + 4 * c);
       const float scale = quant::f32_from_e4m3(scales[r * (D / 16) + c / 2]) * kE2M1F16Rescale;
       uint32_t h[4];
-      e2m1x8_to_f16x2_bits(word, h);
+      e2m1x8_f16x2(word, h);
+      float e[8];  // the group's elements in order
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[i]));
-        out[i] = pack_bf16x2(f.x * scale, f.y * scale);
+      for (int p = 0; p < 4; ++p) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[p]));
+        e[e2m1x8_element(p, 0)] = f.x * scale;
+        e[e2m1x8_element(p, 1)] = f.y * scale;
       }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out[i] = pack_bf16x2(e[2 * i], e[2 * i + 1]);
     }
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swizzled_bytes<D>(r, c)), "r"(out[0]),
                  "r"(out[1]), "r"(out[2]), "r"(out[3])

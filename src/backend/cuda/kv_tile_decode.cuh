@@ -63,15 +63,14 @@ __device__ __forceinline__ void decode8(const uint8_t* row, const uint8_t* scale
   } else {  // kNVFP4
     const uint32_t word = *reinterpret_cast<const uint32_t*>(row + e0 / 2);
     const float scale = e4m3_to_float(scales[e0 / quant::kNvfp4Block]) * kE2M1F16Rescale;
-    // Each 16-bit lane of b01 / b23 holds one byte: low nibble = even element, high = odd.
-    const uint32_t b01 = (word & 0x000000FFu) | ((word & 0x0000FF00u) << 8);
-    const uint32_t b23 = ((word >> 16) & 0x000000FFu) | ((word >> 8) & 0x00FF0000u);
-    const float2 e02 = f16x2_bits_to_float2(e2m1_pair_to_f16x2_bits(b01));
-    const float2 e13 = f16x2_bits_to_float2(e2m1_pair_to_f16x2_bits(b01 >> 4));
-    const float2 e46 = f16x2_bits_to_float2(e2m1_pair_to_f16x2_bits(b23));
-    const float2 e57 = f16x2_bits_to_float2(e2m1_pair_to_f16x2_bits(b23 >> 4));
-    out[0] = e02.x * scale, out[1] = e13.x * scale, out[2] = e02.y * scale, out[3] = e13.y * scale;
-    out[4] = e46.x * scale, out[5] = e57.x * scale, out[6] = e46.y * scale, out[7] = e57.y * scale;
+    uint32_t pairs[4];
+    e2m1x8_f16x2(word, pairs);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const float2 f = f16x2_bits_to_float2(pairs[p]);
+      out[e2m1x8_element(p, 0)] = f.x * scale;
+      out[e2m1x8_element(p, 1)] = f.y * scale;
+    }
   }
 }
 

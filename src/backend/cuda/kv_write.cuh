@@ -155,8 +155,8 @@ __device__ __forceinline__ float max_abs_nan(float m, float x) {
   return r;
 }
 
-// The 16 E2M1 codes of x_i / v.d by quant/e2m1_reciprocal.h's rule, packed (element i at bits
-// 4·(i % 8) of w[i / 8]): per element a multiply (and an FMA for kProven), the magnitude code by a
+// The 16 E2M1 codes of x_i / v.d by quant/e2m1_reciprocal.h's rule, packed as quant/nvfp4.h packs
+// them (w[k] = the little-endian group k: element 8k+j upright and 8k+j+4 mirrored in byte j): per element a multiply (and an FMA for kProven), the magnitude code by a
 // magic-number addition, and for kChecked the near-decision check on the quotient's bit pattern; a
 // flagged element (rare) is decided exactly, by an FMA residual, in an out-of-line call. The rare
 // path inlined per element (a branch and ~25 instructions between every element's common path, 16
@@ -173,7 +173,9 @@ __device__ __forceinline__ void e2m1_codes16(const float x[16], const quant::E2m
     const float q = kChecked ? quant::e2m1_checked_quotient(x[i], v) : quant::e2m1_reciprocal_quotient(x[i], v);
     uint32_t magnitude = quant::e2m1_magnitude_code(q);
     if (kChecked && quant::e2m1_near_decision_point(q)) magnitude = e2m1_magnitude_code_near_call(x[i], q, v.d);
-    w[i / 8] |= (((__float_as_uint(x[i]) >> 28) & 0x8u) | magnitude) << (4 * (i % 8));
+    const uint32_t code = ((__float_as_uint(x[i]) >> 28) & 0x8u) | magnitude;
+    const uint32_t placed = quant::nvfp4_is_mirrored(i) ? quant::nvfp4_mirrored(code) : quant::nvfp4_upright(code);
+    w[i / 8] |= placed << (8 * (i % 4));
   }
 }
 
@@ -213,7 +215,9 @@ __device__ __forceinline__ float nvfp4_squared_error16(const float x[16], const 
   float err = 0.0f;
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    const float q = quant::f32_from_e2m1(static_cast<uint8_t>((w[i / 8] >> (4 * (i % 8))) & 0xFu));
+    const uint32_t byte = (w[i / 8] >> (8 * (i % 4))) & 0xFFu;
+    const float q = quant::f32_from_e2m1(quant::nvfp4_is_mirrored(i) ? quant::nvfp4_mirrored_code(byte)
+                                                                      : quant::nvfp4_upright_code(byte));
     const float d = __fsub_rn(__fmul_rn(__fmul_rn(q, s), g), x[i]);
     err = __fadd_rn(err, __fmul_rn(d, d));
   }

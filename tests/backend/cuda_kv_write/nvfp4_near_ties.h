@@ -31,11 +31,9 @@ inline Nvfp4CandidateErrors nvfp4_candidate_errors(const float* x, float g) {
   const uint8_t s4 = quant::e4m3_from_f32((amax / 4.0f) / g);
   const float s = quant::f32_from_e4m3(s4);
   if (s == 0.0f || quant::is_nan(s)) return e;
-  uint8_t p4[quant::kNvfp4BlockBytes];
-  for (int i = 0; i < quant::kNvfp4BlockBytes; ++i) {
-    p4[i] = static_cast<uint8_t>(quant::e2m1_from_f32(x[2 * i] / (s * g)) |
-                                 (quant::e2m1_from_f32(x[2 * i + 1] / (s * g)) << 4));
-  }
+  uint8_t codes[quant::kNvfp4Block], p4[quant::kNvfp4BlockBytes];
+  for (int i = 0; i < quant::kNvfp4Block; ++i) codes[i] = quant::e2m1_from_f32(x[i] / (s * g));
+  quant::nvfp4_pack_codes(codes, p4);
   e.err4 = quant::nvfp4_block_squared_error(x, p4, s4, g);
   e.has_four = true;
   return e;

@@ -158,7 +158,7 @@ TEST(KvFormat, Nvfp4HeadVectorIsItsBlocksInOrder) {
     const oracle::Nvfp4Block want = oracle::nvfp4_encode(x.data() + 16 * b, 0.5f);
     EXPECT_EQ(scales[b], want.scale);
     for (int i = 0; i < 8; ++i) {
-      EXPECT_EQ(data[8 * b + i], want.codes[2 * i] | (want.codes[2 * i + 1] << 4)) << "block " << b << " byte " << i;
+      EXPECT_EQ(data[8 * b + i], oracle::nvfp4_packed_byte(want.codes, i)) << "block " << b << " byte " << i;
     }
   }
 }

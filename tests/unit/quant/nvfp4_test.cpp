@@ -38,15 +38,15 @@ Block dequantize(const Quantized& q, float g) {
   return out;
 }
 
-// Packs the oracle's codes by the documented rule (element 2i low nibble, 2i+1 high nibble) and
-// compares everything bit for bit: scale, packed bytes, dequantized floats.
+// Packs the oracle's codes by the documented rule (oracle::nvfp4_packed_byte: element 8k+j upright,
+// 8k+j+4 mirrored in byte 4k+j) and compares everything bit for bit: scale, packed bytes,
+// dequantized floats.
 void expect_matches_oracle(const Block& x, float g, const char* what) {
   const oracle::Nvfp4Block want = oracle::nvfp4_encode(x.data(), g);
   const Quantized got = quantize(x, g);
   ASSERT_EQ(got.scale, want.scale) << what << ", g = " << g << ", x[0] = " << x[0];
   for (int i = 0; i < kNvfp4BlockBytes; ++i) {
-    const uint8_t byte = static_cast<uint8_t>(want.codes[2 * i] | (want.codes[2 * i + 1] << 4));
-    ASSERT_EQ(got.packed[i], byte) << what << ", g = " << g << ", byte " << i;
+    ASSERT_EQ(got.packed[i], oracle::nvfp4_packed_byte(want.codes, i)) << what << ", g = " << g << ", byte " << i;
   }
   const Block out = dequantize(got, g);
   for (int i = 0; i < kNvfp4Block; ++i) {
@@ -63,7 +63,9 @@ TEST(Nvfp4, HandWorkedBlock) {
   for (int i = 0; i < 8; ++i) x[i] = head[i];
   const Quantized q = quantize(x, 1.0f);
   EXPECT_EQ(q.scale, 0x38);
-  const Packed want = {0x97, 0x02, 0xF5, 0x31, 0, 0, 0, 0};
+  // Byte j = element j upright (sign bit 7, magnitude bits 3..1) | element j+4 mirrored (sign bit 0,
+  // e1 bit 4, e0 bit 5, m bit 6): 0x0E | 0x50, 0x82 | 0x71, 0x04 | 0x40, 0x00 | 0x60.
+  const Packed want = {0x5E, 0xF3, 0x44, 0x60, 0, 0, 0, 0};
   EXPECT_EQ(q.packed, want);
   const Block out = dequantize(q, 1.0f);
   const float back[8] = {6.0f, -0.5f, 1.0f, 0.0f, 3.0f, -6.0f, 0.5f, 1.5f};
@@ -71,23 +73,51 @@ TEST(Nvfp4, HandWorkedBlock) {
   for (int i = 8; i < 16; ++i) EXPECT_EQ(out[i], 0.0f) << i;
 }
 
-TEST(Nvfp4, NibbleOrderElementTwoIInTheLowNibble) {
-  // Element k alone at 6 (code 7) with every other element 0: byte k/2 holds 7 in the low nibble
-  // for even k and in the high nibble for odd k.
+TEST(Nvfp4, PackingPlacesEachElementUprightOrMirrored) {
+  // Element k alone at 6 (code 7: magnitude 111) with every other element 0: element 8g+j (j < 4)
+  // sits upright in byte 4g+j (bits 3..1: 0x0E), element 8g+j+4 mirrored there (bits 4..6: 0x70).
   for (int k = 0; k < kNvfp4Block; ++k) {
     Block x{};
     x[k] = 6.0f;
     const Quantized q = quantize(x, 1.0f);
+    const int byte = 4 * (k / 8) + k % 4;
     for (int i = 0; i < kNvfp4BlockBytes; ++i) {
-      const uint8_t want = i == k / 2 ? static_cast<uint8_t>(k % 2 == 0 ? 0x07 : 0x70) : 0x00;
+      const uint8_t want = i == byte ? static_cast<uint8_t>(k % 8 < 4 ? 0x0E : 0x70) : 0x00;
       EXPECT_EQ(q.packed[i], want) << "element " << k << ", byte " << i;
     }
   }
-  // The sign is bit 3 of the nibble.
+  // The sign: bit 7 upright, bit 0 mirrored. Element 0 = -6 (code 0xF), element 4 = -1 (code 0xA:
+  // magnitude 010, mirrored to bit 5).
   Block x{};
-  x[0] = 6.0f;
-  x[1] = -6.0f;
-  EXPECT_EQ(quantize(x, 1.0f).packed[0], 0xF7);
+  x[0] = -6.0f;
+  x[4] = -1.0f;
+  EXPECT_EQ(quantize(x, 1.0f).packed[0], 0x8E | 0x01 | 0x20);
+  // Element 1 = 0.5 (code 1: mantissa only) upright: bit 1; element 5 = 0.5 mirrored: bit 6.
+  Block y{};
+  y[1] = 0.5f;
+  y[5] = 0.5f;
+  y[15] = 6.0f;  // amax 6: scale 1
+  const Quantized qy = quantize(y, 1.0f);
+  EXPECT_EQ(qy.packed[1], 0x02 | 0x40);
+  EXPECT_EQ(qy.packed[7], 0x70);  // element 15 = 8·1 + 3 + 4: mirrored in byte 7
+}
+
+TEST(Nvfp4, PackAndCodeAtInvertEachOther) {
+  // Every code in every position, neighbours varied.
+  for (int k = 0; k < kNvfp4Block; ++k) {
+    for (uint8_t c = 0; c < 16; ++c) {
+      uint8_t codes[kNvfp4Block];
+      for (int i = 0; i < kNvfp4Block; ++i) codes[i] = static_cast<uint8_t>((i * 5 + c * 3) & 0xF);
+      codes[k] = c;
+      uint8_t packed[kNvfp4BlockBytes];
+      nvfp4_pack_codes(codes, packed);
+      for (int b = 0; b < kNvfp4BlockBytes; ++b) ASSERT_EQ(packed[b], oracle::nvfp4_packed_byte(codes, b));
+      for (int i = 0; i < kNvfp4Block; ++i) {
+        ASSERT_EQ(nvfp4_code_at(packed, i), codes[i]) << "element " << i;
+        ASSERT_EQ(oracle::nvfp4_unpacked_code(packed, i), codes[i]) << "element " << i;
+      }
+    }
+  }
 }
 
 TEST(Nvfp4, EveryElementTieRoundsToEven) {
@@ -103,10 +133,8 @@ TEST(Nvfp4, EveryElementTieRoundsToEven) {
   const Quantized q = quantize(x, 1.0f);
   ASSERT_EQ(q.scale, 0x40);  // 2.0
   for (int i = 0; i < 7; ++i) {
-    const uint8_t lo = (q.packed[i / 2] >> (4 * (i % 2))) & 0xF;
-    EXPECT_EQ(lo, even[i]) << "tie " << mids[i];
-    const int j = 7 + i;
-    const uint8_t neg = (q.packed[j / 2] >> (4 * (j % 2))) & 0xF;
+    EXPECT_EQ(oracle::nvfp4_unpacked_code(q.packed.data(), i), even[i]) << "tie " << mids[i];
+    const uint8_t neg = oracle::nvfp4_unpacked_code(q.packed.data(), 7 + i);
     EXPECT_EQ(neg, 8 | even[i]) << "tie " << -mids[i];
   }
   expect_matches_oracle(x, 1.0f, "ties");
@@ -143,7 +171,7 @@ TEST(Nvfp4, ScaleThatRoundsToZeroZeroesTheBlock) {
   x[0] = std::nextafter(x[0], 1.0f);
   q = quantize(x, 1.0f);
   EXPECT_EQ(q.scale, 0x01);
-  EXPECT_EQ(q.packed[0] & 0xF, 5);
+  EXPECT_EQ(oracle::nvfp4_unpacked_code(q.packed.data(), 0), 5);
   expect_matches_oracle(x, 1.0f, "smallest subnormal scale");
 }
 
@@ -155,7 +183,7 @@ TEST(Nvfp4, SubnormalScales) {
     x[3] = 6.0f * std::ldexp(static_cast<float>(m), -9);
     const Quantized q = quantize(x, 1.0f);
     EXPECT_EQ(q.scale, m) << "m = " << m;
-    EXPECT_EQ((q.packed[1] >> 4) & 0xF, 7) << "m = " << m;
+    EXPECT_EQ(oracle::nvfp4_unpacked_code(q.packed.data(), 3), 7) << "m = " << m;
     expect_matches_oracle(x, 1.0f, "subnormal scale");
   }
 }

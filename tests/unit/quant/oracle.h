@@ -112,6 +112,29 @@ struct Nvfp4Block {
   uint8_t codes[16] = {};  // one E2M1 code per element, unpacked
 };
 
+// docs/kv_layout.md's packing, written from its words: byte j of group k (bytes 4k .. 4k+3) holds
+// element 8k+j upright (sign bit 7, exponent bits 3-2, mantissa bit 1) and element 8k+j+4 as the
+// upright byte with its 8 bits reversed.
+inline uint8_t nvfp4_upright_byte(uint8_t code) {
+  const int sign = (code >> 3) & 1, e1 = (code >> 2) & 1, e0 = (code >> 1) & 1, m = code & 1;
+  return static_cast<uint8_t>(sign << 7 | e1 << 3 | e0 << 2 | m << 1);
+}
+inline uint8_t reversed_byte(uint8_t b) {
+  uint8_t r = 0;
+  for (int i = 0; i < 8; ++i) r = static_cast<uint8_t>(r | (((b >> i) & 1) << (7 - i)));
+  return r;
+}
+inline uint8_t nvfp4_packed_byte(const uint8_t codes[16], int byte) {
+  const int k = byte / 4, j = byte % 4;
+  return static_cast<uint8_t>(nvfp4_upright_byte(codes[8 * k + j]) | reversed_byte(nvfp4_upright_byte(codes[8 * k + j + 4])));
+}
+// The code of element i read back from 8 packed bytes, by the same words.
+inline uint8_t nvfp4_unpacked_code(const uint8_t* packed, int i) {
+  const int k = i / 8, j = i % 8;
+  const uint8_t b = j < 4 ? packed[4 * k + j] : reversed_byte(packed[4 * k + j - 4]);
+  return static_cast<uint8_t>(((b >> 7) & 1) << 3 | ((b >> 3) & 1) << 2 | ((b >> 2) & 1) << 1 | ((b >> 1) & 1));
+}
+
 inline Nvfp4Block nvfp4_encode(const float* x, float g) {
   float amax = 0.0f;
   bool has_nan = false;
