@@ -242,12 +242,14 @@ __device__ __forceinline__ void nvfp4_v_pairs(uint32_t s01, uint32_t s23, const 
   uint32_t p01[4], p23[4];  // pair p: rows (r0, r1) / (r2, r3) at dims 8q + j + {0, 1, 4, 5}[p], the last two swapped
   e2m1x8_f16x2(x01, p01);
   e2m1x8_f16x2(x23, p23);
+  // The swapped pairs take their rows' scales swapped too.
+  const uint32_t s[2][2] = {{s01, s23}, {__byte_perm(s01, 0u, 0x1032), __byte_perm(s23, 0u, 0x1032)}};
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
-    b[p][0] = hmul2_bits(p01[2 * p], s01);
-    b[p][1] = hmul2_bits(p23[2 * p], s23);
-    b[p][2] = hmul2_bits(p01[2 * p + 1], s01);
-    b[p][3] = hmul2_bits(p23[2 * p + 1], s23);
+    b[p][0] = hmul2_bits(p01[2 * p], s[p][0]);
+    b[p][1] = hmul2_bits(p23[2 * p], s[p][1]);
+    b[p][2] = hmul2_bits(p01[2 * p + 1], s[p][0]);
+    b[p][3] = hmul2_bits(p23[2 * p + 1], s[p][1]);
   }
 }
 
