@@ -16,7 +16,7 @@
 //   (y << 8) & M   bytes 2, 0 and 3, 1 stand upright   -> elements (6, 4) and (7, 5)
 // with M = 0x8E008E00 (bits 15, 11..9 of each half). With nibbles in element order the same took 11
 // (two shifts and masks per four high bytes, one byte permute per pair): 32 × 32K GQA 4, H200,
-// 292.3 -> 278.4 us per decode call, 0.622 -> 0.593 × fp8 (PERFORMANCE.md, twenty-ninth round).
+// 292.2 -> 278.6 us per decode call, 0.617 -> 0.592 × fp8 (PERFORMANCE.md, twenty-ninth round).
 // No placement of two codes per byte lets shifts alone do it (no four disjoint translates of the
 // pattern {15, 11, 10, 9} tile 16 bits); the bit reversal is the one extra permutation needed.
 //
