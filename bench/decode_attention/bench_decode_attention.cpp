@@ -8,6 +8,7 @@
 //                          [--timing graph|eager|both] [--chunks C1,C2,...] [--page-size N]
 //                          [--head-dim 64|128|256] [--kv-heads N] [--write-shapes TOKENS:G,...]
 //                          [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches] [--mixed SEED]
+//                          [--pair-merge on|off]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
@@ -35,6 +36,10 @@
 // CTX] by a generator seeded with SEED (the same lengths for every format and plan of a run): a
 // serving batch's mix of contexts instead of one length; the ctx column is then the longest
 // possible, and GB/s counts the bytes of the drawn lengths.
+//
+// --pair-merge off runs the merge kernel where a long-item plan gives every sequence two items
+// (DecodeAttentionParams::pair_merge; on, the default, merges them in thread block clusters): the
+// A/B of decode_pair_merge.cuh in one binary. The JSON's "pair_merge" says which ran.
 //
 // --chunks C1,C2,... also times every shape with the split plan forced to items of C tokens (graph
 // timing), and for nvfp4 at head_dim 64 and 128 both tensor-core step builds (16 and 32 tokens per warp
@@ -125,6 +130,8 @@ int64_t g_page_size = 16;
 // Spanning units (--units): -1 the plan's rule, 0 never, 8 or 16 the long-item build of that many
 // warps wherever its units are long enough (DecodePlanInputs::span_units_warps).
 int g_span_units_warps = -1;
+// --pair-merge: DecodeAttentionParams::pair_merge.
+bool g_pair_merge = true;
 // --engine-batches: each shape's batch padded to the engine's CUDA-graph bucket with sequences of
 // kEnginePadTokens tokens, as runtime/forward_step.cpp pads decode steps (backend::graph_batch_bucket:
 // 31 -> 32, 17 -> 24, 34 -> 48); their plan is the engine's. GB/s counts the real sequences' bytes.
@@ -272,6 +279,26 @@ std::optional<DecodeCase> make_decode_case(const Device& dev, KvDtype dtype, con
   return c;
 }
 
+// The decode_attention parameters of one case, its buffers carved from `arena` (page tables: copy 0's).
+cuda::DecodeAttentionParams case_params(const DeviceArena& arena, const DecodeCase& c) {
+  const std::vector<int64_t> bytes = c.region_bytes();
+  return {.q = arena.at<float>(kQ, bytes[kQ]), .out = arena.at<float>(kOut, bytes[kOut]),
+          .pool = arena.at<uint8_t>(kPool, bytes[kPool]), .page_tables = arena.at<int32_t>(kTables, bytes[kTables]),
+          .plan_device = arena.at<int32_t>(kPlan, bytes[kPlan]), .plan = &c.plan,
+          .partial_out = arena.at<float>(kPartialOut, bytes[kPartialOut]),
+          .partial_lse = arena.at<float>(kPartialLse, bytes[kPartialLse]), .num_q_heads = c.num_q_heads,
+          .max_pages_per_seq = c.pages_per_seq, .page_bytes = c.layout.page_bytes(), .k_layout = c.layout.k(0),
+          .v_layout = c.layout.v(0), .softmax_scale = 1.0f / std::sqrt(static_cast<float>(g_head_dim)),
+          .pair_merge = g_pair_merge};
+}
+
+// How the case's split items are merged: "pairs" (in thread block clusters, decode_pair_merge.cuh),
+// "kernel" (the merge kernel) or "none" (no sequence split).
+const char* merge_name(const DeviceArena& arena, const DecodeCase& c) {
+  const cuda::detail::DecodeLaunch launch = cuda::detail::prepare_decode_launch(case_params(arena, c));
+  return launch.tc_items == cuda::detail::TcItems::kPair ? "pairs" : launch.split ? "kernel" : "none";
+}
+
 // Decode attention of one case, all buffers carved from `arena`. tc_steps > 0 overrides the
 // tensor-core kernel's chunks per warp step (DecodeLaunch::tc_steps; only nvfp4 d64 and d128 have both) and
 // takes the any-plan build (DecodeLaunch::tc_few_blocks cleared): with 32-token steps in blocks of
@@ -296,14 +323,7 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
   NIBBLE_CUDA_CHECK(cudaMemcpy(d_plan, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice));
   NIBBLE_CUDA_CHECK(cudaMemset(q, 0x3C, bytes[kQ]));
 
-  cuda::DecodeAttentionParams params{.q = q, .out = arena.at<float>(kOut, bytes[kOut]), .pool = pool,
-                                     .page_tables = d_tables, .plan_device = d_plan,
-                                     .plan = &c.plan, .partial_out = arena.at<float>(kPartialOut, bytes[kPartialOut]),
-                                     .partial_lse = arena.at<float>(kPartialLse, bytes[kPartialLse]),
-                                     .num_q_heads = c.num_q_heads,
-                                     .max_pages_per_seq = c.pages_per_seq, .page_bytes = c.layout.page_bytes(),
-                                     .k_layout = c.layout.k(0), .v_layout = c.layout.v(0),
-                                     .softmax_scale = 1.0f / std::sqrt(static_cast<float>(g_head_dim))};
+  cuda::DecodeAttentionParams params = case_params(arena, c);
   auto call = [&](int copy, cudaStream_t stream) {
     params.page_tables = d_tables + copy * c.seqs * c.pages_per_seq;
     if (tc_steps == 0) {
@@ -316,6 +336,12 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
     launch.tc_warps = tc_steps == 2 && c.plan.block_warps > 0 && c.plan.chunk_tokens >= cuda::kDecodeWideItemTokens
                           ? c.plan.block_warps
                           : cuda::detail::kTcWarps;
+    if (launch.tc_items == cuda::detail::TcItems::kPair && (tc_steps != 2 || launch.tc_warps != c.plan.block_warps)) {
+      // Cluster pairs only in the long-item builds: another build takes the merge kernel.
+      launch.tc_items = cuda::detail::TcItems::kOne;
+      launch.split = true;
+      launch.args.trigger_at_start = true;
+    }
     cuda::detail::launch_decode_kernel(launch, stream);
     if (launch.split) {
       cuda::detail::launch_decode_reduce(launch.args, launch.num_seqs, launch.head_dim, launch.max_splits,
@@ -544,6 +570,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       g_span_units_warps = text == "auto" ? -1 : text == "off" ? 0 : std::stoi(text);
+    } else if (arg == "--pair-merge" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      if (text != "on" && text != "off") {
+        fmt::print(stderr, "--pair-merge: '{}' is not on or off\n", text);
+        return 2;
+      }
+      g_pair_merge = text == "on";
     } else if (arg == "--sustain" && i + 1 < argc) {
       const std::string text = argv[++i];
       char* tail = nullptr;
@@ -568,7 +601,7 @@ int main(int argc, char** argv) {
                  "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
                  "[--chunks C1,C2,...] [--page-size N] [--head-dim 64|128|256] [--kv-heads N] "
                  "[--write-shapes TOKENS:G,...] [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches] "
-                 "[--mixed SEED]\n"
+                 "[--mixed SEED] [--pair-merge on|off]\n"
                  "unknown argument '{}'\n",
                  argv[0], arg);
       return 2;
@@ -690,6 +723,7 @@ int main(int argc, char** argv) {
     report["sustain_seconds"] = g_sustain.seconds;
     report["engine_batches"] = g_engine_batches;
     report["mixed_seed"] = g_mixed_seed;  // 0: every sequence ctx long
+    report["pair_merge"] = g_pair_merge;    // --pair-merge; each row's "merge" says what ran
 
     std::string header = fmt::format("{:>4} {:>7} {:>6} {:>6} |", "gqa", "ctx", "batch", "timing");
     for (KvDtype d : dtypes) header += fmt::format(" {:>22} |", fmt::format("{} us GB/s %BW", quant::kv_dtype_name(d)));
@@ -758,7 +792,7 @@ int main(int argc, char** argv) {
                                         {"chunk_tokens", cases[d]->plan.chunk_tokens},
                                         {"block_warps", cases[d]->plan.block_warps}, {"forced_chunk", row.chunk > 0},
                                         {"units", cases[d]->plan.num_units}, {"spans_units", cases[d]->plan.spans_units()},
-                                        {"seconds", r.seconds}, {"gbps", r.gbps},
+                                        {"merge", merge_name(arena, *cases[d])}, {"seconds", r.seconds}, {"gbps", r.gbps},
                                         {"fraction_of_read_bw", r.gbps / read_gbps}, {"sm_mhz", r.sm_mhz},
                                         {"board_watts", r.watts}, {"joules_per_call", r.joules_per_call},
                                         {"sustain_seconds", g_sustain.seconds}, {"seconds_forward", fwd},
@@ -774,6 +808,11 @@ int main(int argc, char** argv) {
         line += " | SM MHz";
         for (KvDtype d : dtypes) {
           if (results[d].seconds > 0) line += fmt::format(" {} {:.0f}", quant::kv_dtype_name(d), results[d].sm_mhz);
+        }
+        for (KvDtype d : dtypes) {  // the split merge in cluster pairs (decode_pair_merge.cuh)
+          if (results[d].seconds > 0 && std::strcmp(merge_name(arena, *cases[d]), "pairs") == 0) {
+            line += fmt::format(" | {} merged in cluster pairs", quant::kv_dtype_name(d));
+          }
         }
         if (g_sustain.energy != nullptr && row.timing == Timing::kGraph) {
           line += " | board W, mJ/call";

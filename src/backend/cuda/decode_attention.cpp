@@ -113,6 +113,19 @@ void validate_decode_part(const cache::KvPartLayout& part, const char* which, in
 
 namespace detail {
 
+namespace {
+
+// decode_tc_pair_clusters of the format pair kf, vf (0 for formats without tensor-core long-item builds).
+int pair_clusters_of_format(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim, int warps, bool one_p) {
+  using quant::ElemFormat;
+  if (kf == ElemFormat::kNVFP4 && vf == ElemFormat::kNVFP4) {
+    return decode_tc_pair_clusters<ElemFormat::kNVFP4, ElemFormat::kNVFP4>(head_dim, warps, one_p);
+  }
+  return 0;  // bf16, fp8 and k8v4 have no long-item builds (decode_long_item_builds)
+}
+
+}  // namespace
+
 DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   using quant::ElemFormat;
   NIBBLE_CHECK(p.plan != nullptr, "decode attention: no split plan (DecodeAttentionParams::plan is null)");
@@ -194,10 +207,6 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   args.num_work = plan.num_work;
   args.num_units = plan.num_units;
   args.early_dependents = p.early_dependents;
-  // A split plan's merge must be scheduled while the decode kernel drains; without splits the
-  // decode kernel is the call's last, and its dependent is the stream's next kernel, which then
-  // follows early_dependents as the merge's would.
-  args.trigger_at_start = plan.max_splits > 1 || p.early_dependents;
   args.prefix_ready = p.prefix_ready;
   DecodeLaunch launch{};
   launch.args = args;
@@ -224,12 +233,27 @@ DecodeLaunch prepare_decode_launch(const DecodeAttentionParams& p) {
   const bool long_item_build = plan.block_warps > 0 && launch.tc_steps == 2 && !launch.tc_few_blocks;
   launch.tc_warps = long_item_build || short_item_build ? plan.block_warps : detail::kTcWarps;
   // Units of several items run only in the long-item builds (decode_attention_tc.cuh, kUnits).
-  launch.tc_units = plan.spans_units();
+  launch.tc_items = plan.spans_units() ? TcItems::kUnits : TcItems::kOne;
   NIBBLE_CHECK(!plan.spans_units() || long_item_build,
                "decode attention: the plan's units span sequences ({} units, {} items) but the launch is not a "
                "long-item build (block_warps {}, chunk_tokens {})",
                plan.num_units, plan.num_work, plan.block_warps, plan.chunk_tokens);
   launch.tc_one_p = vf == ElemFormat::kNVFP4 && !p.exact_p;
+  // Two items for every sequence on a long-item build: the pair of blocks of each (sequence, head
+  // chunk) as a cluster, merged there (decode_pair_merge.cuh), where the device holds every pair of
+  // the grid at once (a cluster waits for room in one GPC for both blocks: a grid of more would run
+  // a second wave, which a plan of one block per slot never intends).
+  if (p.pair_merge && long_item_build && !plan.spans_units() && plan.max_splits == 2 &&
+      plan.num_work == 2 * plan.num_seqs &&
+      static_cast<int64_t>(launch.grid_tc.x) / 2 <=
+          pair_clusters_of_format(kf, vf, static_cast<int>(head_dim), launch.tc_warps, launch.tc_one_p)) {
+    launch.tc_items = TcItems::kPair;
+    launch.split = false;
+  }
+  // A split plan's merge must be scheduled while the decode kernel drains; otherwise (no splits, or
+  // pairs merged in their clusters) the decode kernel is the call's last, and its dependent is the
+  // stream's next kernel, which then follows early_dependents as the merge's would.
+  launch.args.trigger_at_start = launch.split || p.early_dependents;
   // The merge's blocks, scheduled while the decode kernel runs (PDL), land wherever an SM has room
   // at that moment: where the decode blocks take every register (nvfp4's 8- and 16-warp builds),
   // only on the SMs it leaves idle (8 x 32K: all 64 merge blocks on 4 SMs), and elsewhere packed
@@ -261,7 +285,7 @@ namespace {
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_tc(const DecodeLaunch& l, cudaStream_t stream) {
   launch_decode_attention_tc<KF, VF>(l.args, l.head_dim, l.tc_steps, l.tc_few_blocks, l.tc_warps, l.tc_one_p,
-                                     l.tc_units, l.max_blocks_per_sm, l.grid_tc, stream);
+                                     l.tc_items, l.max_blocks_per_sm, l.grid_tc, stream);
 }
 
 }  // namespace

@@ -69,6 +69,11 @@ struct DecodeAttentionParams {
   // per V tile pair; error <= 2^-12 · max|V|, decode_attention_tc.cuh); true keeps p as exact
   // hi + lo halves (two MMAs), as for the other formats: the CUDA backend's exact mode (f32 weights).
   bool exact_p = false;
+  // Where a long-item plan gives every sequence two items (nvfp4 at 8 x 32K, 8 x 128K, ...), the two
+  // blocks of each (sequence, head chunk) run as a thread block cluster and merge their items through
+  // distributed shared memory (decode_pair_merge.cuh), so the call has no merge kernel; false: the
+  // merge kernel, as for every other split plan (a benchmark's A/B, the tests' cross-check).
+  bool pair_merge = true;
 };
 
 // Floats of partial_out the plan needs (0 when no sequence is split); partial_lse needs

@@ -3,7 +3,8 @@
 
 namespace nibble::cuda::detail {
 
-template void launch_decode_attention_tc<quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4>(const DecodeKernelArgs&, int, int,
-                                                                                   bool, int, bool, bool, int, dim3, cudaStream_t);
+template void launch_decode_attention_tc<quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4>(
+    const DecodeKernelArgs&, int, int, bool, int, bool, TcItems, int, dim3, cudaStream_t);
+template int decode_tc_pair_clusters<quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4>(int, int, bool);
 
 }  // namespace nibble::cuda::detail

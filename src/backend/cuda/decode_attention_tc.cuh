@@ -63,6 +63,7 @@
 
 #include "backend/cuda/decode_attention.cuh"  // cp.async helpers, hadamard_rows_smem
 #include "backend/cuda/decode_kernel_args.h"
+#include "backend/cuda/decode_pair_merge.cuh"     // TcItems::kPair's epilogue
 #include "backend/cuda/decode_tc_fragments.cuh"  // K / V^T fragments, MMAs
 #include "backend/cuda/decode_tc_traits.cuh"     // TcTraits, kMaxSlack, fast_exp2, q_swz
 #include "backend/cuda/decode_tile_copy.cuh"
@@ -101,8 +102,11 @@ using quant::ElemFormat;
 // kWarps: warps per block, kTcWarps or (the long-item builds, DecodeLaunch::tc_warps) kTcWideWarps, kTcSmWarps;
 // kTcWideWarps also in the short-item build (kSteps 1, kFewBlocks; decode_short_item_warps): items of
 // 1-4 16-token chunks per warp (+1 for a joined tail), one block per SM (docs/cuda_kernels.md).
+//
+// kItems (DecodeLaunch::tc_items): one item per block (kOne), a unit's items in turn (kUnits), or the
+// two items of a sequence in the two blocks of a cluster, merged there (kPair, decode_pair_merge.cuh).
 template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false, bool kOneP = false,
-          int kWarps = kTcWarps, bool kUnits = false>
+          int kWarps = kTcWarps, TcItems kItems = TcItems::kOne>
 __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kHeadDim, kWarps>::kMinBlocks
                                                 : kWarps == kTcWarps ? kTcFewBlocksPerSm : 1)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
@@ -110,7 +114,10 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
                     (kWarps == kTcWideWarps && kSteps == 1 && kFewBlocks),
                 "wide blocks only in the long-item builds (32-token steps) and the short-item one (16-token steps, "
                 "few blocks)");
-  static_assert(!kUnits || (kWarps != kTcWarps && kSteps == 2 && !kFewBlocks), "units of several items: long-item builds");
+  static_assert(kItems == TcItems::kOne || (kWarps != kTcWarps && kSteps == 2 && !kFewBlocks),
+                "units of several items and cluster pairs: long-item builds");
+  constexpr bool kUnits = kItems == TcItems::kUnits;
+  constexpr bool kPair = kItems == TcItems::kPair;
   constexpr int kThreads = 32 * kWarps;
   using T = TcTraits<KF, VF, kHeadDim, kWarps>;
   constexpr int kOT = T::kNTiles / 2;  // O^T accumulator tiles (pv_pair)
@@ -163,9 +170,12 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
   // volatile moves (44-76), the per-item body not inlined (80-152), one Q·K^T chain.
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, c = lane % 4;
+  // kPair: blocks 2p and 2p + 1 (one cluster; rank = blockIdx.x % 2) take items 0 and 1 of sequence
+  // p / head_chunks (the plan's items 2·seq and 2·seq + 1), head chunk p % head_chunks.
   const int head_chunks = gridDim.x / a.num_units;
-  const int unit = blockIdx.x / head_chunks;
-  const int head_chunk = blockIdx.x - unit * head_chunks;
+  const int rank = static_cast<int>(blockIdx.x & 1u), pair = static_cast<int>(blockIdx.x >> 1);
+  const int unit = kPair ? 2 * (pair / head_chunks) + rank : blockIdx.x / head_chunks;
+  const int head_chunk = kPair ? pair % head_chunks : blockIdx.x - unit * head_chunks;
   const int kv_head = head_chunk / a.group_chunks;
   const int chunk_of_group = head_chunk % a.group_chunks;
   const int q_head0 = kv_head * a.group + chunk_of_group * kMaxGroupPerBlock;
@@ -785,6 +795,19 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
         sum.x += x.x, sum.y += x.y;
       }
       *reinterpret_cast<float2*>(rows + i) = make_float2(sum.x / l_all * T::kVUnitMult, sum.y / l_all * T::kVUnitMult);
+    }
+    if constexpr (kPair) {
+      // The item's lse per head (m_w is free: its last reads were before the two barriers above).
+      float* lse = m_w;  // [8]
+      if (warp == 0) {  // lane h < 8: head h's lse, from lane (0, h / 2)
+        const int from = (lane >> 1) & 3;
+        const float m0 = __shfl_sync(0xFFFFFFFFu, m_head[0], from), m1 = __shfl_sync(0xFFFFFFFFu, m_head[1], from);
+        const float l0 = __shfl_sync(0xFFFFFFFFu, l_head[0], from), l1 = __shfl_sync(0xFFFFFFFFu, l_head[1], from);
+        if (lane < 8) lse[lane] = (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
+      }
+      // (pair_merge_store's first cluster barrier orders these writes and the rows' for both blocks.)
+      pair_merge_store<D, kThreads>(a, rows, lse, rank, seq, q_head0, n_heads);
+      return;
     }
     __syncthreads();
 

@@ -170,17 +170,32 @@ inline constexpr int kTcFewBlocksPerSm = 3;
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max_group, dim3 grid, cudaStream_t stream);
 
+// How a tensor-core block finds its work items, and where its output goes (DecodeLaunch::tc_items):
+//   kOne    one item per unit (the plan's units are its items): the output row where the item holds
+//           its whole sequence, else a partial row and lse for the split merge (decode_reduce.cu);
+//   kUnits  the unit's items in turn (units that span sequences; the long-item builds);
+//   kPair   every sequence has exactly two items, run by the two blocks of a thread block cluster,
+//           which merge them through distributed shared memory and write the output: no merge
+//           kernel (the long-item builds; decode_pair_merge.cuh).
+enum class TcItems : int { kOne, kUnits, kPair };
+
 // Launches decode_attention_tc_kernel (tensor cores) for one format pair; head_dim dispatched inside,
 // steps = 16-token chunks per warp step (1, or 2 where tc_steps is 2; decode_tc_steps); few_blocks
 // (where tc_steps is 2, either step size) = the few-blocks build (DecodeLaunch::tc_few_blocks); warps
 // (kTcWarps; where tc_steps is 2, with 32-token steps and not few_blocks, also a long-item build's,
 // and with 16-token steps and few_blocks kTcWideWarps, the short-item build: DecodeLaunch::tc_warps);
-// one_p = p into P·V as one f16 (only where V is nvfp4: DecodeLaunch::tc_one_p); units = the plan's
-// units span sequences (DecodeLaunch::tc_units: a long-item build runs each unit's items in turn).
+// one_p = p into P·V as one f16 (only where V is nvfp4: DecodeLaunch::tc_one_p); items = how blocks
+// take the plan's items (DecodeLaunch::tc_items; kUnits and kPair only in the long-item builds).
 // Instantiated in decode_attention_<fmt>.cu for bf16, fp8, nvfp4 and k8v4.
 template <quant::ElemFormat KF, quant::ElemFormat VF>
 void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int steps, bool few_blocks, int warps,
-                                bool one_p, bool units, int max_blocks_per_sm, dim3 grid, cudaStream_t stream);
+                                bool one_p, TcItems items, int max_blocks_per_sm, dim3 grid, cudaStream_t stream);
+
+// How many clusters of the long-item build of `warps` with TcItems::kPair (two blocks each) the
+// device holds at once (cudaOccupancyMaxActiveClusters: a cluster needs room for both blocks in one
+// GPC); 0 where the format pair and head_dim have no long-item builds. Queried once per build.
+template <quant::ElemFormat KF, quant::ElemFormat VF>
+int decode_tc_pair_clusters(int head_dim, int warps, bool one_p);
 
 // The split-KV merge (decode_reduce.cu); a sequence of one work item is skipped (the decode kernel
 // wrote it). max_items (the plan's max_splits) picks the kernel: up to 8 items one warp per query
@@ -203,7 +218,7 @@ struct DecodeLaunch {
   dim3 grid;       // CUDA-core kernel: (num_work, kv_heads · group_chunks)
   dim3 grid_tc;    // tensor-core kernel: num_units · kv_heads · group_chunks blocks
   int num_seqs;
-  bool split;      // some sequence has > 1 work item: the reduce kernel must run
+  bool split;      // the reduce kernel must run: some sequence has > 1 work item, and they are not pairs (kPair)
   int max_splits;  // most work items of one sequence (the plan's)
   // 16-token chunks per warp step of the tensor-core kernel (decode_tc_steps: 1 or 2); a benchmark
   // may override it before launch_decode_kernel to compare both builds on one plan.
@@ -224,8 +239,11 @@ struct DecodeLaunch {
   // The softmax weights enter P·V as one f16 (decode_attention_tc.cuh, kOneP): where V is nvfp4 and
   // DecodeAttentionParams::exact_p is off.
   bool tc_one_p = false;
-  // The plan's units span sequences (DecodeSplitPlan::spans_units): the long-item build's units loop.
-  bool tc_units = false;
+  // How the blocks take the plan's items (TcItems): kUnits where the plan's units span sequences
+  // (DecodeSplitPlan::spans_units: the long-item build's units loop); kPair where a long-item plan
+  // gives every sequence two items, DecodeAttentionParams::pair_merge is on and the device holds all
+  // the grid's pairs at once (decode_tc_pair_clusters); else kOne.
+  TcItems tc_items = TcItems::kOne;
   // > 0: the split merge's blocks are spread over this many SMs (launch_decode_reduce; the plan's
   // SMs, decode_attention.cpp), so that its blocks, scheduled early (PDL), do not crowd onto the
   // few SMs with room beside the decode blocks; 0: as many per SM as fit.

@@ -89,6 +89,10 @@ struct RunSpec {
   enum class LateWrite { kNone, kLast, kFirst };
   LateWrite late = LateWrite::kNone;
   bool exact_p = false;  // DecodeAttentionParams::exact_p (the CUDA backend's exact mode)
+  // DecodeAttentionParams::pair_merge; expect_pairs: every variant's launch must merge its items in
+  // cluster pairs (TcItems::kPair, decode_pair_merge.cuh), else the run tests something else.
+  bool pair_merge = true;
+  bool expect_pairs = false;
   // K's magnitude ramps along each sequence: token t of n is scaled by 1 + k_ramp · t / (n - 1)
   // (k_ramp > 0: the scores' spread, and their running max, grow towards the end), or by
   // 1 - k_ramp · (1 - t / (n - 1)) (k_ramp < 0: the largest scores come first).
@@ -146,7 +150,7 @@ std::string describe(const RunSpec& r, int64_t chunk) {
   return std::string(quant::kv_dtype_name(r.dtype)) + " d=" + std::to_string(r.head_dim) + " kv_heads=" +
          std::to_string(r.kv_heads) + " group=" + std::to_string(r.group) + " page=" + std::to_string(r.page_size) +
          " lens=" + lens + (r.rotation == Rotation::kHadamard ? " rotated" : "") + (r.q_bf16 ? " q=bf16" : "") +
-         " chunk=" + (chunk ? std::to_string(chunk) : std::string("auto"));
+         " chunk=" + (chunk ? std::to_string(chunk) : std::string("auto")) + (r.pair_merge ? "" : " merge-kernel");
 }
 
 void run_and_compare(const RunSpec& r) {
@@ -335,28 +339,34 @@ void run_and_compare(const RunSpec& r) {
       test::launch_late_writer(d_pool.as<uint8_t>(), d_src.as<uint8_t>(), d_ranges.as<int64_t>(),
                                static_cast<int>(ranges.size() / 2), 100'000, stream);
     }
-    decode_attention({.q = d_q.as<void>(),
-                      .q_dtype = r.q_bf16 ? ActivationDtype::kBF16 : ActivationDtype::kF32,
-                      .out = d_out.as<float>(),
-                      .pool = d_pool.as<uint8_t>(),
-                      .page_tables = d_pt.as<int32_t>(),
-                      .plan_device = d_plan.as<int32_t>(),
-                      .plan = &plan,
-                      .partial_out = partial_out.as<float>(),
-                      .partial_lse = partial_lse.as<float>(),
-                      .num_q_heads = num_q_heads,
-                      .max_pages_per_seq = pt.max_pages,
-                      .page_bytes = layout.page_bytes(),
-                      .k_layout = kl,
-                      .v_layout = vl,
-                      .k_global_scale = r.g_k,
-                      .v_global_scale = r.g_v,
-                      .rotation = r.rotation,
-                      .softmax_scale = static_cast<float>(scale),
-                      .early_dependents = r.product_after,
-                      .prefix_ready = r.late != RunSpec::LateWrite::kNone,
-                      .exact_p = r.exact_p},
-                     stream);
+    const DecodeAttentionParams params{.q = d_q.as<void>(),
+                                       .q_dtype = r.q_bf16 ? ActivationDtype::kBF16 : ActivationDtype::kF32,
+                                       .out = d_out.as<float>(),
+                                       .pool = d_pool.as<uint8_t>(),
+                                       .page_tables = d_pt.as<int32_t>(),
+                                       .plan_device = d_plan.as<int32_t>(),
+                                       .plan = &plan,
+                                       .partial_out = partial_out.as<float>(),
+                                       .partial_lse = partial_lse.as<float>(),
+                                       .num_q_heads = num_q_heads,
+                                       .max_pages_per_seq = pt.max_pages,
+                                       .page_bytes = layout.page_bytes(),
+                                       .k_layout = kl,
+                                       .v_layout = vl,
+                                       .k_global_scale = r.g_k,
+                                       .v_global_scale = r.g_v,
+                                       .rotation = r.rotation,
+                                       .softmax_scale = static_cast<float>(scale),
+                                       .early_dependents = r.product_after,
+                                       .prefix_ready = r.late != RunSpec::LateWrite::kNone,
+                                       .exact_p = r.exact_p,
+                                       .pair_merge = r.pair_merge};
+    if (r.expect_pairs) {
+      const detail::DecodeLaunch launch = detail::prepare_decode_launch(params);
+      EXPECT_EQ(launch.tc_items, detail::TcItems::kPair) << describe(r, chunk) << ": plan items " << plan.num_work;
+      EXPECT_FALSE(launch.split) << describe(r, chunk);
+    }
+    decode_attention(params, stream);
     if (r.product_after) {
       GemvParams gp{.x = d_out.as<float>(), .rows = num_seqs, .k = width, .segments = {}, .num_segments = 1};
       gp.segments[0] = {.w = d_w.as<uint16_t>(), .bias = nullptr, .out = d_y.as<float>(), .n = kProductRows};
@@ -549,6 +559,35 @@ TEST(CudaDecodeNvfp4Steps, SpanningUnitsMatchTheOracle) {
                            .page_size = 16, .seq_lens = {8197, 4096, 33, 20000, 1, 1000, 2, 16},
                            .rotation = group == 12 ? Rotation::kHadamard : Rotation::kNone, .chunk_variants = {0},
                            .span_units = warps, .plan_sms = 8, .exact_p = exact_p});
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// Every sequence in two items on a long-item build (8 x 32K's and 8 x 128K's plans in small): the
+// two blocks of a (sequence, head chunk) run as a cluster and merge in distributed shared memory
+// (decode_pair_merge.cuh), each block writing half the heads. Both long-item builds, head_dim 64
+// and 128; groups of 1 (the second block writes no head), 4 (two each) and 12 (head chunks of 8 and
+// 4); rotation (each block rotates its own heads back); both P·V builds; second items of one token
+// (4097), mid-step and a whole item; the same runs on the merge kernel (pair_merge off) against the
+// same oracle; and a bf16 GEMV launched programmatically behind the attention, which now triggers it
+// at its start itself (no merge kernel in between).
+TEST(CudaDecodeNvfp4Steps, ClusterPairsMatchTheOracle) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (int head_dim : {64, 128}) {
+    for (int build = 0; build < kDecodeLongItemBuilds; ++build) {
+      for (int group : {1, 4, 12}) {
+        for (const bool pairs : {true, false}) {
+          RunSpec r{.dtype = KvDtype::kNVFP4, .head_dim = head_dim, .kv_heads = 2, .group = group, .page_size = 16,
+                    .seq_lens = {8192, 4097, 5000, 7999}, .chunk_variants = {4096}, .only_long_build = build};
+          r.rotation = group == 12 ? Rotation::kHadamard : Rotation::kNone;
+          r.exact_p = group == 1;
+          r.product_after = group == 4 && head_dim == 128;
+          r.pair_merge = pairs;
+          r.expect_pairs = pairs;
+          run_and_compare(r);
           if (HasFailure()) return;
         }
       }
@@ -759,7 +798,9 @@ TEST(CudaDecodeLaunch, SpreadsTheMergeOverThePlansSms) {
     p.plan = &plan;
     return detail::prepare_decode_launch(p);  // copies what it needs of the plan
   };
-  // 8 x 32K: two 16K items per sequence on 16-warp blocks, one per SM, 4 of 132 SMs left idle.
+  // 8 x 32K: two 16K items per sequence on 16-warp blocks, one per SM, 4 of 132 SMs left idle; with
+  // the merge kernel (on a GPU these pairs merge in clusters: CudaDecodeLaunch.PairsMergeInClusters).
+  p.pair_merge = false;
   const detail::DecodeLaunch wide = launch_for(std::vector<int32_t>(8, 32768), 132, 0);
   EXPECT_TRUE(wide.split);
   EXPECT_EQ(wide.tc_warps, detail::kTcSmWarps);
@@ -769,6 +810,69 @@ TEST(CudaDecodeLaunch, SpreadsTheMergeOverThePlansSms) {
   EXPECT_TRUE(narrow.split);
   EXPECT_EQ(narrow.tc_warps, detail::kTcWarps);
   EXPECT_EQ(narrow.reduce_spread_sms, 66);
+}
+
+// Which plans merge in cluster pairs (DecodeLaunch::tc_items): a long-item plan with two items for
+// every sequence, where the device holds all its pairs at once (8 x 32K and 8 x 128K on this GPU's
+// SMs); not three items, not a plan with one sequence unsplit, not short items, not with
+// pair_merge off. Pairs leave no merge kernel, and the kernel triggers the next one at its start
+// only when early_dependents asks for it, as an unsplit plan's does.
+TEST(CudaDecodeLaunch, PairsMergeInClusters) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  const int64_t sms = test::device_sm_count();
+  const cache::PageLayout layout({.num_layers = 1, .kv_heads = 8, .head_dim = 128}, KvDtype::kNVFP4, 16);
+  int32_t dummy = 0;
+  uint8_t byte = 0;
+  float f = 0;
+  DecodeAttentionParams p{.q = &f, .out = &f, .pool = &byte, .page_tables = &dummy, .plan_device = &dummy,
+                          .partial_out = &f, .partial_lse = &f, .num_q_heads = 32, .max_pages_per_seq = 8192,
+                          .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
+                          .softmax_scale = 0.088f};
+  DecodeSplitPlan plan;
+  auto launch_for = [&](const std::vector<int32_t>& lens, int64_t force_chunk_tokens) {
+    DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
+    in.seq_lens = lens;
+    in.num_kv_heads = 8;
+    in.num_sms = sms;
+    in.force_chunk_tokens = force_chunk_tokens;
+    plan = plan_decode_splits(in);
+    p.plan = &plan;
+    return detail::prepare_decode_launch(p);
+  };
+  for (const int32_t ctx : {32768, 131072}) {
+    p.pair_merge = true;
+    p.early_dependents = false;
+    const detail::DecodeLaunch pairs = launch_for(std::vector<int32_t>(8, ctx), 0);
+    EXPECT_EQ(plan.max_splits, 2) << ctx;
+    EXPECT_EQ(pairs.tc_warps, detail::kTcSmWarps) << ctx;
+    EXPECT_EQ(pairs.tc_items, detail::TcItems::kPair) << ctx;
+    EXPECT_FALSE(pairs.split) << ctx;
+    EXPECT_FALSE(pairs.args.trigger_at_start) << ctx;
+    p.early_dependents = true;
+    EXPECT_TRUE(launch_for(std::vector<int32_t>(8, ctx), 0).args.trigger_at_start) << ctx;
+    p.early_dependents = false;
+    p.pair_merge = false;
+    const detail::DecodeLaunch kernel = launch_for(std::vector<int32_t>(8, ctx), 0);
+    EXPECT_EQ(kernel.tc_items, detail::TcItems::kOne) << ctx;
+    EXPECT_TRUE(kernel.split) << ctx;
+    EXPECT_TRUE(kernel.args.trigger_at_start) << ctx;
+  }
+  p.pair_merge = true;
+  // Three items of the 8K plan for one sequence of 24K: the merge kernel.
+  const detail::DecodeLaunch three = launch_for({24576, 16384}, 8192);
+  EXPECT_EQ(plan.max_splits, 3);
+  EXPECT_EQ(three.tc_items, detail::TcItems::kOne);
+  EXPECT_TRUE(three.split);
+  // One sequence unsplit beside split ones: the merge kernel (pairs need two items everywhere).
+  const detail::DecodeLaunch mixed = launch_for({16384, 8192}, 8192);
+  EXPECT_EQ(plan.max_splits, 2);
+  EXPECT_EQ(mixed.tc_items, detail::TcItems::kOne);
+  EXPECT_TRUE(mixed.split);
+  // Two short items per sequence (not a long-item build): the merge kernel.
+  const detail::DecodeLaunch narrow = launch_for({512, 512}, 256);
+  EXPECT_EQ(plan.num_work, 4);
+  EXPECT_EQ(narrow.tc_items, detail::TcItems::kOne);
+  EXPECT_TRUE(narrow.split);
 }
 
 }  // namespace
