@@ -32,6 +32,10 @@ namespace {
 // the largest cluster, 16). Engine step (overlapped) at 4K, 16 items per step, cluster / merge
 // kernel, ms/token: bf16 4.41 / 4.34, nvfp4 4.42 / 4.44; at 960 tokens (16 items of 64 every step)
 // bf16 4.294 / 4.259, nvfp4 4.337 / 4.341; 16K a tie.
+// Kept since (thirtieth session) in its narrowest form: two items per sequence on nvfp4's long-item
+// builds (TcItems::kPair, decode_pair_merge.cuh): graph replays 8 x 32K nvfp4 ~1 us faster,
+// 8 x 128K ~3-4 us, and the engine's 8B step at batch 8 x 32K 7.162 -> 7.147 ms (its decode blocks,
+// one per SM, wait for whole SMs anyway, so a cluster's room in one GPC costs them nothing measurable).
 constexpr int kReduceWarps = 4;
 constexpr int kReduceThreads = 32 * kReduceWarps;
 constexpr int kBatch = 8;  // partial rows in flight per warp in pass 2
