@@ -776,37 +776,50 @@ TEST(CudaDecodeErrors, RejectsBadShapesNamingTheProblem) {
   expect_error(p, "exceeds the CUDA kernels' limit");
 }
 
-// The split merge's blocks are spread over the plan's SMs (DecodeLaunch::reduce_spread_sms), behind
-// the 4-warp builds and nvfp4's 16-warp one alike. Host only: prepare_decode_launch calls no CUDA API.
-TEST(CudaDecodeLaunch, SpreadsTheMergeOverThePlansSms) {
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = 8, .head_dim = 128}, KvDtype::kNVFP4, 16);
+// The launches prepare_decode_launch makes for nvfp4 plans (8 KV heads, GQA 4, head_dim 128, 16-token
+// pages), the device pointers dummies: it reads none of them.
+struct Nvfp4LaunchProbe {
+  Nvfp4LaunchProbe() = default;
+  Nvfp4LaunchProbe(const Nvfp4LaunchProbe&) = delete;  // p points at its members
+  Nvfp4LaunchProbe& operator=(const Nvfp4LaunchProbe&) = delete;
+
+  cache::PageLayout layout{{.num_layers = 1, .kv_heads = 8, .head_dim = 128}, KvDtype::kNVFP4, 16};
   int32_t dummy = 0;
   uint8_t byte = 0;
   float f = 0;
   DecodeAttentionParams p{.q = &f, .out = &f, .pool = &byte, .page_tables = &dummy, .plan_device = &dummy,
-                          .partial_out = &f, .partial_lse = &f, .num_q_heads = 32, .max_pages_per_seq = 2048,
+                          .partial_out = &f, .partial_lse = &f, .num_q_heads = 32, .max_pages_per_seq = 8192,
                           .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
                           .softmax_scale = 0.088f};
+  DecodeSplitPlan plan;  // the last launch's
+
   // The launch of a plan for `lens` on `num_sms` SMs (force_chunk_tokens: 0 = the plan's own items).
-  auto launch_for = [&](const std::vector<int32_t>& lens, int64_t num_sms, int64_t force_chunk_tokens) {
+  detail::DecodeLaunch launch_for(const std::vector<int32_t>& lens, int64_t num_sms, int64_t force_chunk_tokens) {
     DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
     in.seq_lens = lens;
     in.num_kv_heads = 8;
     in.num_sms = num_sms;
     in.force_chunk_tokens = force_chunk_tokens;
-    const DecodeSplitPlan plan = plan_decode_splits(in);
+    plan = plan_decode_splits(in);
     p.plan = &plan;
-    return detail::prepare_decode_launch(p);  // copies what it needs of the plan
-  };
+    return detail::prepare_decode_launch(p);
+  }
+};
+
+// The split merge's blocks are spread over the plan's SMs (DecodeLaunch::reduce_spread_sms), behind
+// the 4-warp builds and nvfp4's 16-warp one alike. Host only: with pair_merge off prepare_decode_launch
+// calls no CUDA API.
+TEST(CudaDecodeLaunch, SpreadsTheMergeOverThePlansSms) {
+  Nvfp4LaunchProbe probe;
   // 8 x 32K: two 16K items per sequence on 16-warp blocks, one per SM, 4 of 132 SMs left idle; with
   // the merge kernel (on a GPU these pairs merge in clusters: CudaDecodeLaunch.PairsMergeInClusters).
-  p.pair_merge = false;
-  const detail::DecodeLaunch wide = launch_for(std::vector<int32_t>(8, 32768), 132, 0);
+  probe.p.pair_merge = false;
+  const detail::DecodeLaunch wide = probe.launch_for(std::vector<int32_t>(8, 32768), 132, 0);
   EXPECT_TRUE(wide.split);
   EXPECT_EQ(wide.tc_warps, detail::kTcSmWarps);
   EXPECT_EQ(wide.reduce_spread_sms, 132);
   // 4 x 2K on a 66-SM plan: 4-warp blocks, the merge spread over those 66.
-  const detail::DecodeLaunch narrow = launch_for(std::vector<int32_t>(4, 2048), 66, 256);
+  const detail::DecodeLaunch narrow = probe.launch_for(std::vector<int32_t>(4, 2048), 66, 256);
   EXPECT_TRUE(narrow.split);
   EXPECT_EQ(narrow.tc_warps, detail::kTcWarps);
   EXPECT_EQ(narrow.reduce_spread_sms, 66);
@@ -820,24 +833,11 @@ TEST(CudaDecodeLaunch, SpreadsTheMergeOverThePlansSms) {
 TEST(CudaDecodeLaunch, PairsMergeInClusters) {
   NIBBLE_SKIP_WITHOUT_GPU();
   const int64_t sms = test::device_sm_count();
-  const cache::PageLayout layout({.num_layers = 1, .kv_heads = 8, .head_dim = 128}, KvDtype::kNVFP4, 16);
-  int32_t dummy = 0;
-  uint8_t byte = 0;
-  float f = 0;
-  DecodeAttentionParams p{.q = &f, .out = &f, .pool = &byte, .page_tables = &dummy, .plan_device = &dummy,
-                          .partial_out = &f, .partial_lse = &f, .num_q_heads = 32, .max_pages_per_seq = 8192,
-                          .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
-                          .softmax_scale = 0.088f};
-  DecodeSplitPlan plan;
+  Nvfp4LaunchProbe probe;
+  DecodeAttentionParams& p = probe.p;
+  const DecodeSplitPlan& plan = probe.plan;
   auto launch_for = [&](const std::vector<int32_t>& lens, int64_t force_chunk_tokens) {
-    DecodePlanInputs in = decode_plan_format_inputs(quant::ElemFormat::kNVFP4, quant::ElemFormat::kNVFP4, 128);
-    in.seq_lens = lens;
-    in.num_kv_heads = 8;
-    in.num_sms = sms;
-    in.force_chunk_tokens = force_chunk_tokens;
-    plan = plan_decode_splits(in);
-    p.plan = &plan;
-    return detail::prepare_decode_launch(p);
+    return probe.launch_for(lens, sms, force_chunk_tokens);
   };
   for (const int32_t ctx : {32768, 131072}) {
     p.pair_merge = true;
