@@ -171,7 +171,8 @@ void launch_decode_attention_tc(const DecodeKernelArgs& args, int head_dim, int 
   }
 }
 
-// Clusters of two blocks of the kPair build that fit the device at once (decode_tc_pair_clusters).
+// Clusters of two blocks of the kPair build that fit the device at once (decode_tc_pair_clusters),
+// for the device current at the first query (a process runs one device).
 // Queried with the kernel's own shared memory (its limit raised as decode_tc_kernel raises it): the
 // spread launch's larger share (at most kDecodeMemoryBoundBlocksPerSm per SM) holds the same blocks
 // per SM as the long-item builds' registers allow.
