@@ -46,6 +46,10 @@ void launch_decode_attention(const DecodeKernelArgs& args, int head_dim, int max
   }
 }
 
+// Dynamic shared memory of a build's block: the geometry's, and a pair's inbox (decode_pair_merge.cuh).
+template <class T, int kHeadDim, TcItems kItems>
+inline constexpr int kTcBlockSmem = T::kSmemBytes + (kItems == TcItems::kPair ? kPairInboxBytes<kHeadDim> : 0);
+
 // The build's kernel, its shared-memory limit raised once (room for the spread launch too).
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks, bool kOneP, int kWarps,
           TcItems kItems>
@@ -55,7 +59,8 @@ auto* decode_tc_kernel() {
   static std::once_flag smem_raised;  // one per instantiation
   std::call_once(smem_raised, [&] {
     NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           spread_smem_bytes(T::kSmemBytes, static_cast<int>(kDecodeMemoryBoundBlocksPerSm))));
+                                           spread_smem_bytes(kTcBlockSmem<T, kHeadDim, kItems>,
+                                                             static_cast<int>(kDecodeMemoryBoundBlocksPerSm))));
   });
   return kernel;
 }
@@ -65,7 +70,7 @@ template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, 
 void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
   using T = TcTraits<KF, VF, kHeadDim, kWarps>;
   auto* kernel = decode_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks, kOneP, kWarps, kItems>();
-  const int smem = spread_smem_bytes(T::kSmemBytes, max_blocks_per_sm);
+  const int smem = spread_smem_bytes(kTcBlockSmem<T, kHeadDim, kItems>, max_blocks_per_sm);
   // Programmatic dependent launch: the blocks may be scheduled while the previous kernel of the
   // stream drains; they read the plan and page tables, then wait (griddepcontrol.wait) for that
   // kernel's results before reading q or the pages. kPair: clusters of two consecutive blocks.
@@ -185,12 +190,14 @@ int decode_tc_pair_clusters_of() {
     auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, 2, false, kOneP, kWarps, TcItems::kPair>;
     cudaLaunchAttribute attribute[2];
     const cudaLaunchConfig_t config =
-        launch_config({.grid = dim3(2), .block = dim3(32 * kWarps), .smem_bytes = static_cast<size_t>(T::kSmemBytes),
+        launch_config({.grid = dim3(2), .block = dim3(32 * kWarps),
+                       .smem_bytes = static_cast<size_t>(kTcBlockSmem<T, kHeadDim, TcItems::kPair>),
                        .cluster_x = 2},
                       nullptr, /*programmatic=*/false, attribute);
     // A device that cannot run clusters (or no device: a host-only caller) holds none: the launch
     // then takes the merge kernel.
-    const int smem_limit = spread_smem_bytes(T::kSmemBytes, static_cast<int>(kDecodeMemoryBoundBlocksPerSm));
+    const int smem_limit =
+        spread_smem_bytes(kTcBlockSmem<T, kHeadDim, TcItems::kPair>, static_cast<int>(kDecodeMemoryBoundBlocksPerSm));
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit) != cudaSuccess ||
         cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
       (void)cudaGetLastError();  // not sticky: clear it for the next check

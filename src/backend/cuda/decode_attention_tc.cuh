@@ -36,8 +36,9 @@
 // Q^T's B fragments [head_dim/16][32] uint2 in its first half, read once into registers; aliased
 // by the q staging [8][head_dim] f32 (q_swz layout) in the prologue, the same 32·head_dim bytes), m/l
 // [kWarps][8] f32 each, then work: the stages [kWarps][stages][stage] — aliased by the reduction
-// [kWarps][8][head_dim] f32 in the epilogue. The stages never alias the q staging, so the first KV
-// chunks are copied while q is loaded and turned into fragments.
+// [kWarps][8][head_dim] f32 in the epilogue; kPair blocks then have an inbox for the partner's rows
+// (decode_pair_merge.cuh). The stages never alias the q staging, so the first KV chunks are copied
+// while q is loaded and turned into fragments.
 //
 // Launch: programmatic dependent launch (decode_attention_launch.cuh). A block reads the plan and
 // its first page-table entry, copies (with a.prefix_ready) its first chunks that end before the
@@ -139,6 +140,7 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
   float* m_w = reinterpret_cast<float*>(smem + T::kQFragBytes);      // [kWarps][8]
   float* l_w = m_w + kWarps * 8;                                     // [kWarps][8]
   uint8_t* work = smem + T::kQFragBytes + 2 * kWarps * 8 * 4;        // stages | reduction
+  float* inbox = reinterpret_cast<float*>(smem + T::kSmemBytes);     // kPair: kPairInboxBytes, past the geometry's
   // q staging [8][D] f32 aliases qfrag (both 32·D bytes), not the stages: the first KV chunks are
   // copied while q is loaded and turned into fragments (the two latency chains overlap).
   float* q_s = reinterpret_cast<float*>(smem_u4);                    // [8][D] prologue only
@@ -155,6 +157,8 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
   // longer fills this one's tail). The engine's step (early_dependents on) is unchanged; there the
   // late trigger measured within noise (bench_model_decode modes 0 / 5, batch 32-64 x 1K, 32 x 4K).
   if (a.trigger_at_start) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // kPair: the partner may write this block's inbox once both have arrived here (decode_pair_merge.cuh).
+  if constexpr (kItems == TcItems::kPair) cluster_arrive_relaxed();
   // 1-D grid of num_units × (kv_heads · group_chunks) blocks: the head chunks of one unit are
   // consecutive blocks, so they run together and read the same pages (measured 0-2% faster than
   // items first, most at short contexts).
@@ -732,6 +736,11 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
     cp_async_wait<0>();
 
     // ---- epilogue: merge the warps' (m, l, O) -----------------------------------------------------------
+    // Tried and reverted (H200, 2026-12-03, PERFORMANCE.md thirty-first round): the warps' states merged
+    // in a binary tree as the warps end (the first at each node leaves its state in its ring, the second
+    // merges it and goes on; no block barrier, the root warp writes the rows). One warp's chain of
+    // log2(kWarps) merges came out slower than every warp's share of the flat sum below: graph replays,
+    // nvfp4 us, 8 x 32K 77.6-77.9 -> 78.2-78.6, 1 x 1K 7.2 -> 8.4 (bf16 8.6 -> 9.0, fp8 8.2 -> 8.7).
 #pragma unroll
     for (int j = 0; j < kLaneHeads; ++j) {
 #pragma unroll
@@ -788,6 +797,13 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
       }
     }
     __syncthreads();
+    // kPair: the rows of the partner's output heads go straight to its inbox (decode_pair_merge.cuh),
+    // once the start's cluster barrier says it has started.
+    float* far = nullptr;
+    if constexpr (kPair) {
+      cluster_wait_acquire();
+      far = cooperative_groups::this_cluster().map_shared_rank(inbox, rank ^ 1);
+    }
     for (int i = 2 * tid; i < 8 * D; i += 2 * kThreads) {
       const int h = i / D;  // warp-uniform
       const float l_all = __shfl_sync(0xFFFFFFFFu, (h & 1) ? l_head[1] : l_head[0], h >> 1);  // lane (0, h / 2)
@@ -798,19 +814,30 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
         const float2 x = *reinterpret_cast<const float2*>(red + w * 8 * D + at);
         sum.x += x.x, sum.y += x.y;
       }
-      *reinterpret_cast<float2*>(rows + i) = make_float2(sum.x / l_all * T::kVUnitMult, sum.y / l_all * T::kVUnitMult);
+      const float2 row = make_float2(sum.x / l_all * T::kVUnitMult, sum.y / l_all * T::kVUnitMult);
+      if constexpr (kPair) {
+        float* home = pair_row_home<D>(rows, far, h, rank, n_heads);
+        if (home != nullptr) *reinterpret_cast<float2*>(home + i % D) = row;
+      } else {
+        *reinterpret_cast<float2*>(rows + i) = row;
+      }
     }
     if constexpr (kPair) {
-      // The item's lse per head (m_w is free: its last reads were before the two barriers above).
+      // The item's lse per head, here and in the partner's inbox (m_w is free: its last reads were
+      // before the two barriers above).
       float* lse = m_w;  // [8]
       if (warp == 0) {  // lane h < 8: head h's lse, from lane (0, h / 2)
         const int from = (lane >> 1) & 3;
         const float m0 = __shfl_sync(0xFFFFFFFFu, m_head[0], from), m1 = __shfl_sync(0xFFFFFFFFu, m_head[1], from);
         const float l0 = __shfl_sync(0xFFFFFFFFu, l_head[0], from), l1 = __shfl_sync(0xFFFFFFFFu, l_head[1], from);
-        if (lane < 8) lse[lane] = (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
+        if (lane < 8) {
+          const float x = (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
+          lse[lane] = x;
+          far[kMaxGroupPerBlock / 2 * D + lane] = x;
+        }
       }
-      // (pair_merge_store's first cluster barrier orders these writes and the rows' for both blocks.)
-      pair_merge_store<D, kThreads>(a, rows, lse, rank, seq, q_head0, n_heads);
+      // (pair_merge_store's cluster barrier orders these writes, here and there, for both blocks.)
+      pair_merge_store<D, kThreads>(a, rows, lse, inbox, rank, seq, q_head0, n_heads);
       return;
     }
     __syncthreads();

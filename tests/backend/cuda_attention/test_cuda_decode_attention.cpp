@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -97,6 +98,10 @@ struct RunSpec {
   // (k_ramp > 0: the scores' spread, and their running max, grow towards the end), or by
   // 1 - k_ramp · (1 - t / (n - 1)) (k_ramp < 0: the largest scores come first).
   float k_ramp = 0.0f;
+  // > 0: the call runs this many times more on the same inputs, and every output must equal the first
+  // run's bit for bit: the kernel fixes the order of its merges (the warps', the pairs', the split
+  // merge), not whichever warp or block ends first.
+  int repeats = 0;
 };
 
 // x rounded to the nearest f16 (ties to even; |x| < 2^15, subnormals included).
@@ -376,6 +381,15 @@ void run_and_compare(const RunSpec& r) {
     NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
     if (stream != nullptr) NIBBLE_CUDA_CHECK(cudaStreamDestroy(stream));
     const std::vector<float> actual = d_out.to_host<float>();
+    for (int rep = 0; rep < r.repeats; ++rep) {
+      ASSERT_TRUE(!r.product_after && r.late == RunSpec::LateWrite::kNone) << "repeats run on the default stream";
+      d_out.fill(0xFF);
+      decode_attention(params, nullptr);
+      NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> again = d_out.to_host<float>();
+      ASSERT_EQ(std::memcmp(again.data(), actual.data(), actual.size() * sizeof(float)), 0)
+          << describe(r, chunk) << ": run " << rep + 2 << " differs from the first";
+    }
     if (r.product_after) {
       // Against the product of the output as it ended up (tensor-core f32 sums of bf16 products: ~1e-6 of the
       // magnitude); a read of the poisoned output gives NaN.
@@ -591,6 +605,24 @@ TEST(CudaDecodeNvfp4Steps, ClusterPairsMatchTheOracle) {
           if (HasFailure()) return;
         }
       }
+    }
+  }
+}
+
+// The same call again and again gives the same bits: the warps of a block merge in warp order
+// whatever order they end in, the cluster pairs (rows pushed to each other) and the split merge in
+// item order. nvfp4 on both long-item builds (8- and 16-warp blocks), in cluster pairs (4096-token
+// items, two per sequence) and with the merge kernel (1024); fp8 and bf16 on 4-warp blocks; each
+// call 24 times.
+TEST(CudaDecodeMerge, RepeatedCallsAreBitIdentical) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  for (const KvDtype dtype : {KvDtype::kNVFP4, KvDtype::kFP8, KvDtype::kBF16}) {
+    for (int build = 0; build < (dtype == KvDtype::kNVFP4 ? kDecodeLongItemBuilds : 1); ++build) {
+      RunSpec r{.dtype = dtype, .head_dim = 128, .kv_heads = 2, .group = 4, .page_size = 16,
+                .seq_lens = {8192, 4097, 5000, 7999}, .chunk_variants = {4096, 1024}, .repeats = 23};
+      if (dtype == KvDtype::kNVFP4) r.only_long_build = build;
+      run_and_compare(r);
+      if (HasFailure()) return;
     }
   }
 }
