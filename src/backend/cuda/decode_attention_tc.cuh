@@ -7,7 +7,8 @@
 // group; a 1-D grid with the head chunks of an item in consecutive blocks. Each warp streams its own
 // steps of kSteps 16-token chunks (tc_steps: 2 for nvfp4 at head_dim 64 and 128, else 1; steps w, w +
 // kWarps, ...) through a private ring of cp.async stages (tc_geometry: 2..8 stages), so there is no
-// block barrier in the main loop; the warps' (m, l, O) are merged once at the end.
+// block barrier in the main loop; the warps' (m, l, O) are merged once at the end
+// (decode_tc_epilogue.cuh).
 //
 // Per 16-token chunk, one warp (one softmax per step):
 //   QK  mma.sync m16n8k16, A = Q (rows 0-7 = the 8 heads' high halves, rows 8-15 = their low
@@ -64,7 +65,8 @@
 
 #include "backend/cuda/decode_attention.cuh"  // cp.async helpers, hadamard_rows_smem
 #include "backend/cuda/decode_kernel_args.h"
-#include "backend/cuda/decode_pair_merge.cuh"     // TcItems::kPair's epilogue
+#include "backend/cuda/decode_pair_merge.cuh"     // cluster_arrive_relaxed (TcItems::kPair)
+#include "backend/cuda/decode_tc_epilogue.cuh"    // the warps' merge and the stores
 #include "backend/cuda/decode_tc_fragments.cuh"  // K / V^T fragments, MMAs
 #include "backend/cuda/decode_tc_traits.cuh"     // TcTraits, kMaxSlack, fast_exp2, q_swz
 #include "backend/cuda/decode_tile_copy.cuh"
@@ -735,135 +737,9 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
     for (; i < n_local; i += kSteps) run_step(i, std::false_type{});
     cp_async_wait<0>();
 
-    // ---- epilogue: merge the warps' (m, l, O) -----------------------------------------------------------
-    // Tried and reverted (H200, 2026-12-03, PERFORMANCE.md thirty-first round): the warps' states merged
-    // in a binary tree as the warps end (the first at each node leaves its state in its ring, the second
-    // merges it and goes on; no block barrier, the root warp writes the rows). One warp's chain of
-    // log2(kWarps) merges came out slower than every warp's share of the flat sum below: graph replays,
-    // nvfp4 us, 8 x 32K 77.6-77.9 -> 78.2-78.6, 1 x 1K 7.2 -> 8.4 (bf16 8.6 -> 9.0, fp8 8.2 -> 8.7).
-#pragma unroll
-    for (int j = 0; j < kLaneHeads; ++j) {
-#pragma unroll
-      for (int off = kFirstLane; off < kLastLane; off *= 2) l_run[j] += __shfl_xor_sync(0xFFFFFFFFu, l_run[j], off);
-      if (kOneQ ? g == 0 : c == 0) {
-        const int h = kOneQ ? 2 * c + j : g;
-        m_w[warp * 8 + h] = m_run[j] * score_mult;
-        l_w[warp * 8 + h] = l_run[j];
-      }
-    }
-    __syncthreads();  // every warp is done with its stages (and Q's): the reduction may overwrite them
-    // The merged (m, l) of this lane's heads 2c, 2c + 1, and this warp's scale for them: the 8 lanes of
-    // column c split the warps' states (lane g takes warps g, g + 8) and reduce with shuffles over g.
-    // (Every lane walking all warps' states, as before, cost a 16-warp block 16 times the loads and
-    // exp2s; PERFORMANCE.md, twenty-first round.)
-    float m_head[2], l_head[2], sc[2];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int h = 2 * c + k;
-      constexpr int kPerLane = (kWarps + 7) / 8;
-      float mw[kPerLane], m_all = -INFINITY, l_all = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        mw[j] = g + 8 * j < kWarps ? m_w[(g + 8 * j) * 8 + h] : -INFINITY;
-        m_all = fmaxf(m_all, mw[j]);
-      }
-#pragma unroll
-      for (int off = 4; off < 32; off *= 2) m_all = fmaxf(m_all, __shfl_xor_sync(0xFFFFFFFFu, m_all, off));
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        l_all += mw[j] == -INFINITY ? 0.0f : l_w[(g + 8 * j) * 8 + h] * exp2f(mw[j] - m_all);
-      }
-#pragma unroll
-      for (int off = 4; off < 32; off *= 2) l_all += __shfl_xor_sync(0xFFFFFFFFu, l_all, off);
-      m_head[k] = m_all, l_head[k] = l_all;
-      const float m_mine = m_w[warp * 8 + h];
-      sc[k] = m_mine == -INFINITY ? 0.0f : exp2f(m_mine - m_all);
-    }
-    // Each warp's scaled O into its [8][D] block of `red` (red_swz layout; o[m][0..1]: dim g·D/8 + 2m,
-    // heads 2c, 2c+1; o[m][2..3]: dim g·D/8 + 2m + 1), as 64-bit stores of dim pairs. All 8 heads,
-    // even where the block has fewer: stores and sums of the n_heads heads only (half the shared-memory
-    // traffic at GQA 4) gained nothing at 8 x 32K and cost every format 0.2-0.3 us at 1 x 1K (the row
-    // loop's bound no longer a constant, its loads no longer all in flight; H200, 2026-12-03, nvfp4
-    // 7.3 -> 7.6 us, bf16 8.6 -> 8.8).
-    float* red = reinterpret_cast<float*>(work);  // [kWarps][8][D]
-    float* rows = q_s;                            // [8][D] merged, natural layout (Q's region, now free)
-    {
-      float* mine = red + warp * 8 * D;
-#pragma unroll
-      for (int m = 0; m < kOT; ++m) {
-        const int d = g * (D / 8) + 2 * m;
-        *reinterpret_cast<float2*>(mine + red_swz<D>(2 * c, d)) = make_float2(o[m][0] * sc[0], o[m][2] * sc[0]);
-        *reinterpret_cast<float2*>(mine + red_swz<D>(2 * c + 1, d)) = make_float2(o[m][1] * sc[1], o[m][3] * sc[1]);
-      }
-    }
-    __syncthreads();
-    // kPair: the rows of the partner's output heads go straight to its inbox (decode_pair_merge.cuh),
-    // once the start's cluster barrier says it has started.
-    float* far = nullptr;
-    if constexpr (kPair) {
-      cluster_wait_acquire();
-      far = cooperative_groups::this_cluster().map_shared_rank(inbox, rank ^ 1);
-    }
-    for (int i = 2 * tid; i < 8 * D; i += 2 * kThreads) {
-      const int h = i / D;  // warp-uniform
-      const float l_all = __shfl_sync(0xFFFFFFFFu, (h & 1) ? l_head[1] : l_head[0], h >> 1);  // lane (0, h / 2)
-      const int at = red_swz<D>(h, i % D);
-      float2 sum = make_float2(0.0f, 0.0f);
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float2 x = *reinterpret_cast<const float2*>(red + w * 8 * D + at);
-        sum.x += x.x, sum.y += x.y;
-      }
-      const float2 row = make_float2(sum.x / l_all * T::kVUnitMult, sum.y / l_all * T::kVUnitMult);
-      if constexpr (kPair) {
-        float* home = pair_row_home<D>(rows, far, h, rank, n_heads);
-        if (home != nullptr) *reinterpret_cast<float2*>(home + i % D) = row;
-      } else {
-        *reinterpret_cast<float2*>(rows + i) = row;
-      }
-    }
-    if constexpr (kPair) {
-      // The item's lse per head, here and in the partner's inbox (m_w is free: its last reads were
-      // before the two barriers above).
-      float* lse = m_w;  // [8]
-      if (warp == 0) {  // lane h < 8: head h's lse, from lane (0, h / 2)
-        const int from = (lane >> 1) & 3;
-        const float m0 = __shfl_sync(0xFFFFFFFFu, m_head[0], from), m1 = __shfl_sync(0xFFFFFFFFu, m_head[1], from);
-        const float l0 = __shfl_sync(0xFFFFFFFFu, l_head[0], from), l1 = __shfl_sync(0xFFFFFFFFu, l_head[1], from);
-        if (lane < 8) {
-          const float x = (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
-          lse[lane] = x;
-          far[kMaxGroupPerBlock / 2 * D + lane] = x;
-        }
-      }
-      // (pair_merge_store's cluster barrier orders these writes, here and there, for both blocks.)
-      pair_merge_store<D, kThreads>(a, rows, lse, inbox, rank, seq, q_head0, n_heads);
-      return;
-    }
-    __syncthreads();
-
-    if (n_items == 1) {
-      if (a.rotate) hadamard_rows_smem(rows, 8, D);
-      const float out_mult = a.v_global_scale * (a.rotate ? rsqrtf(static_cast<float>(D)) : 1.0f);
-      for (int i = tid; i < n_heads * D; i += kThreads) {
-        const int h = i / D, d = i % D;
-        a.out[(static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d] = rows[i] * out_mult;
-      }
-    } else {
-      for (int i = tid; i < n_heads * D; i += kThreads) {
-        const int h = i / D, d = i % D;
-        a.partial_out[(static_cast<int64_t>(item) * a.num_q_heads + q_head0 + h) * D + d] = rows[i];
-      }
-      if (warp == 0) {  // lane h < n_heads: head h's lse, from lane (0, h / 2)
-        const int from = (lane >> 1) & 3;
-        const float m0 = __shfl_sync(0xFFFFFFFFu, m_head[0], from), m1 = __shfl_sync(0xFFFFFFFFu, m_head[1], from);
-        const float l0 = __shfl_sync(0xFFFFFFFFu, l_head[0], from), l1 = __shfl_sync(0xFFFFFFFFu, l_head[1], from);
-        if (lane < n_heads) {
-          a.partial_lse[static_cast<int64_t>(item) * a.num_q_heads + q_head0 + lane] =
-              (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
-        }
-      }
-    }
+    // ---- epilogue: merge the warps' (m, l, O), store the rows (decode_tc_epilogue.cuh) -------------------
+    tc_epilogue<T, D, kWarps, kOneQ, kPair>(a, {seq, item, n_items, q_head0, n_heads, rank}, o, m_run, l_run,
+                                            score_mult, m_w, l_w, work, q_s, inbox);
   };
   if constexpr (kUnits) {
     const int32_t* bounds = a.unit_first_item + unit;
