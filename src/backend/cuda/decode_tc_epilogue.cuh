@@ -93,7 +93,12 @@ __device__ __forceinline__ void tc_epilogue(const DecodeKernelArgs& a, const TcO
   // even where the block has fewer: stores and sums of the n_heads heads only (half the shared-memory
   // traffic at GQA 4) gained nothing at 8 x 32K and cost every format 0.2-0.3 us at 1 x 1K (the row
   // loop's bound no longer a constant, its loads no longer all in flight; H200, 2026-12-03, nvfp4
-  // 7.3 -> 7.6 us, bf16 8.6 -> 8.8).
+  // 7.3 -> 7.6 us, bf16 8.6 -> 8.8). Also tried and reverted (H200, 2026-12-03, PERFORMANCE.md
+  // thirty-second round): each warp's O stored unscaled into its own ring as soon as its loop ended,
+  // before the first barrier, its scales beside it and the products formed in the sum below (the same
+  // bits). Equal or slower: graph replays, nvfp4 us, 8 x 32K 77.7-78.4 -> 78.0-78.3, 17 x 32K (the
+  // units build, 8 bytes more spilled) 166.8-167.7 -> 168.0-168.4, 1 x 1K 7.2 -> 7.1. A block's warps
+  // end their loops together, so the stores had nothing to overlap.
   float* red = reinterpret_cast<float*>(work);  // [kWarps][8][D]
   {
     float* mine = red + warp * 8 * D;
