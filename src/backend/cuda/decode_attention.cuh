@@ -100,6 +100,30 @@ __device__ __forceinline__ void hadamard_rows_smem(float* rows, int num_rows, in
   }
 }
 
+// Stores a block's merged rows of query heads q_head0 .. q_head0 + n_heads - 1 of sequence `seq`
+// (rows: [kRows][D] f32 in shared memory, natural layout, kRows >= n_heads): the sequence's only
+// item goes to the output (rows rotated back in place where the cache is rotated, then times g_v),
+// any other to partial_out at `item` for the split merge (decode_reduce.cu; its lse is the caller's).
+// Every thread of the block calls it (the rotation has barriers).
+template <int D, int kRows, int kThreads>
+__device__ __forceinline__ void store_item_rows(const DecodeKernelArgs& a, float* rows, bool only_item, int seq,
+                                                int item, int q_head0, int n_heads) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (only_item) {
+    if (a.rotate) hadamard_rows_smem(rows, kRows, D);
+    const float out_mult = a.v_global_scale * (a.rotate ? rsqrtf(static_cast<float>(D)) : 1.0f);
+    for (int i = tid; i < n_heads * D; i += kThreads) {
+      const int h = i / D, d = i % D;
+      a.out[(static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d] = rows[i] * out_mult;
+    }
+  } else {
+    for (int i = tid; i < n_heads * D; i += kThreads) {
+      const int h = i / D, d = i % D;
+      a.partial_out[(static_cast<int64_t>(item) * a.num_q_heads + q_head0 + h) * D + d] = rows[i];
+    }
+  }
+}
+
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kMaxG>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(DecodeKernelArgs a) {
   using T = DecodeTraits<KF, VF, kHeadDim, kMaxG>;
@@ -288,19 +312,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(Decode
   }
   __syncthreads();
 
-  if (n_items == 1) {
-    if (a.rotate) hadamard_rows_smem(out_s, kMaxG, kHeadDim);
-    const float out_mult = a.v_global_scale * (a.rotate ? rsqrtf(static_cast<float>(kHeadDim)) : 1.0f);
-    for (int i = tid; i < n_heads * kHeadDim; i += kDecodeThreads) {
-      const int h = i / kHeadDim, d = i % kHeadDim;
-      a.out[(static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * kHeadDim + d] = out_s[i] * out_mult;
-    }
-  } else {
-    for (int i = tid; i < n_heads * kHeadDim; i += kDecodeThreads) {
-      const int h = i / kHeadDim, d = i % kHeadDim;
-      a.partial_out[(static_cast<int64_t>(work) * a.num_q_heads + q_head0 + h) * kHeadDim + d] = out_s[i];
-    }
-    if (tid < n_heads) a.partial_lse[static_cast<int64_t>(work) * a.num_q_heads + q_head0 + tid] = m_s[tid] + log2f(l_s[tid]);
+  store_item_rows<kHeadDim, kMaxG, kDecodeThreads>(a, out_s, n_items == 1, seq, work, q_head0, n_heads);
+  if (n_items != 1 && tid < n_heads) {
+    a.partial_lse[static_cast<int64_t>(work) * a.num_q_heads + q_head0 + tid] = m_s[tid] + log2f(l_s[tid]);
   }
 }
 

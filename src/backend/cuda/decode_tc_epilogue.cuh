@@ -13,7 +13,7 @@
 // the same bits (CudaDecodeMerge.RepeatedCallsAreBitIdentical).
 #include <cstdint>
 
-#include "backend/cuda/decode_attention.cuh"  // hadamard_rows_smem
+#include "backend/cuda/decode_attention.cuh"  // store_item_rows
 #include "backend/cuda/decode_kernel_args.h"
 #include "backend/cuda/decode_pair_merge.cuh"
 #include "backend/cuda/decode_tc_traits.cuh"  // red_swz
@@ -155,26 +155,14 @@ __device__ __forceinline__ void tc_epilogue(const DecodeKernelArgs& a, const TcO
   }
   __syncthreads();
 
-  if (ids.n_items == 1) {
-    if (a.rotate) hadamard_rows_smem(rows, 8, D);
-    const float out_mult = a.v_global_scale * (a.rotate ? rsqrtf(static_cast<float>(D)) : 1.0f);
-    for (int i = tid; i < n_heads * D; i += kThreads) {
-      const int h = i / D, d = i % D;
-      a.out[(static_cast<int64_t>(seq) * a.num_q_heads + q_head0 + h) * D + d] = rows[i] * out_mult;
-    }
-  } else {
-    for (int i = tid; i < n_heads * D; i += kThreads) {
-      const int h = i / D, d = i % D;
-      a.partial_out[(static_cast<int64_t>(item) * a.num_q_heads + q_head0 + h) * D + d] = rows[i];
-    }
-    if (warp == 0) {  // lane h < n_heads: head h's lse, from lane (0, h / 2)
-      const int from = (lane >> 1) & 3;
-      const float m0 = __shfl_sync(0xFFFFFFFFu, m_head[0], from), m1 = __shfl_sync(0xFFFFFFFFu, m_head[1], from);
-      const float l0 = __shfl_sync(0xFFFFFFFFu, l_head[0], from), l1 = __shfl_sync(0xFFFFFFFFu, l_head[1], from);
-      if (lane < n_heads) {
-        a.partial_lse[static_cast<int64_t>(item) * a.num_q_heads + q_head0 + lane] =
-            (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
-      }
+  store_item_rows<D, 8, kThreads>(a, rows, ids.n_items == 1, seq, item, q_head0, n_heads);
+  if (ids.n_items != 1 && warp == 0) {  // the partial's lse: lane h < n_heads, head h's, from lane (0, h / 2)
+    const int from = (lane >> 1) & 3;
+    const float m0 = __shfl_sync(0xFFFFFFFFu, m_head[0], from), m1 = __shfl_sync(0xFFFFFFFFu, m_head[1], from);
+    const float l0 = __shfl_sync(0xFFFFFFFFu, l_head[0], from), l1 = __shfl_sync(0xFFFFFFFFu, l_head[1], from);
+    if (lane < n_heads) {
+      a.partial_lse[static_cast<int64_t>(item) * a.num_q_heads + q_head0 + lane] =
+          (lane & 1) ? m1 + log2f(l1) : m0 + log2f(l0);
     }
   }
 }
