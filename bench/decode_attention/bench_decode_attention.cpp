@@ -8,7 +8,7 @@
 //                          [--timing graph|eager|both] [--chunks C1,C2,...] [--page-size N]
 //                          [--head-dim 64|128|256] [--kv-heads N] [--write-shapes TOKENS:G,...]
 //                          [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches] [--mixed SEED]
-//                          [--pair-merge on|off]
+//                          [--pair-merge on|off] [--prefix-ready on|off]
 //
 // --shapes times only the listed (GQA group, context, batch) shapes instead of the sweep; --formats
 // only the listed KV formats (the ratios need nvfp4+fp8 / fp8+bf16); --no-write / --write-only
@@ -40,6 +40,11 @@
 // --pair-merge off runs the merge kernel where a long-item plan gives every sequence two items
 // (DecodeAttentionParams::pair_merge; on, the default, merges them in thread block clusters): the
 // A/B of decode_pair_merge.cuh in one binary. The JSON's "pair_merge" says which ran.
+//
+// --prefix-ready on copies a sequence's chunks before its last token's before the kernel's
+// griddepcontrol.wait (DecodeAttentionParams::prefix_ready), as the engine's steps do; off, the
+// default, copies everything after it. Nothing writes the pages here, so both are correct; the
+// default keeps the earlier rounds' figures comparable. The JSON's "prefix_ready" says which ran.
 //
 // --chunks C1,C2,... also times every shape with the split plan forced to items of C tokens (graph
 // timing), and for nvfp4 at head_dim 64 and 128 both tensor-core step builds (16 and 32 tokens per warp
@@ -132,6 +137,8 @@ int64_t g_page_size = 16;
 int g_span_units_warps = -1;
 // --pair-merge: DecodeAttentionParams::pair_merge.
 bool g_pair_merge = true;
+// --prefix-ready: DecodeAttentionParams::prefix_ready.
+bool g_prefix_ready = false;
 // --engine-batches: each shape's batch padded to the engine's CUDA-graph bucket with sequences of
 // kEnginePadTokens tokens, as runtime/forward_step.cpp pads decode steps (backend::graph_batch_bucket:
 // 31 -> 32, 17 -> 24, 34 -> 48); their plan is the engine's. GB/s counts the real sequences' bytes.
@@ -289,7 +296,7 @@ cuda::DecodeAttentionParams case_params(const DeviceArena& arena, const DecodeCa
           .partial_lse = arena.at<float>(kPartialLse, bytes[kPartialLse]), .num_q_heads = c.num_q_heads,
           .max_pages_per_seq = c.pages_per_seq, .page_bytes = c.layout.page_bytes(), .k_layout = c.layout.k(0),
           .v_layout = c.layout.v(0), .softmax_scale = 1.0f / std::sqrt(static_cast<float>(g_head_dim)),
-          .pair_merge = g_pair_merge};
+          .prefix_ready = g_prefix_ready, .pair_merge = g_pair_merge};
 }
 
 // How the case's split items are merged: "pairs" (in thread block clusters, decode_pair_merge.cuh),
@@ -577,6 +584,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       g_pair_merge = text == "on";
+    } else if (arg == "--prefix-ready" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      if (text != "on" && text != "off") {
+        fmt::print(stderr, "--prefix-ready: '{}' is not on or off\n", text);
+        return 2;
+      }
+      g_prefix_ready = text == "on";
     } else if (arg == "--sustain" && i + 1 < argc) {
       const std::string text = argv[++i];
       char* tail = nullptr;
@@ -601,7 +615,7 @@ int main(int argc, char** argv) {
                  "[--no-write | --write-only] [--one-order] [--nvfp4-rule 6|4over6] [--timing graph|eager|both] "
                  "[--chunks C1,C2,...] [--page-size N] [--head-dim 64|128|256] [--kv-heads N] "
                  "[--write-shapes TOKENS:G,...] [--sustain SECONDS] [--units auto|off|8|16] [--engine-batches] "
-                 "[--mixed SEED] [--pair-merge on|off]\n"
+                 "[--mixed SEED] [--pair-merge on|off] [--prefix-ready on|off]\n"
                  "unknown argument '{}'\n",
                  argv[0], arg);
       return 2;
@@ -724,6 +738,7 @@ int main(int argc, char** argv) {
     report["engine_batches"] = g_engine_batches;
     report["mixed_seed"] = g_mixed_seed;  // 0: every sequence ctx long
     report["pair_merge"] = g_pair_merge;    // --pair-merge; each row's "merge" says what ran
+    report["prefix_ready"] = g_prefix_ready;  // --prefix-ready
 
     std::string header = fmt::format("{:>4} {:>7} {:>6} {:>6} |", "gqa", "ctx", "batch", "timing");
     for (KvDtype d : dtypes) header += fmt::format(" {:>22} |", fmt::format("{} us GB/s %BW", quant::kv_dtype_name(d)));
