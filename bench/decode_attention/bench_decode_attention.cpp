@@ -103,6 +103,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"  // graph_batch_bucket
+#include "decode_bench_args.h"  // --shapes, --formats, --write-shapes
 #include "device_arena.h"
 #include "device_mem.h"
 #include "event_timing.h"
@@ -192,11 +193,8 @@ double median_seconds(Fn&& fn, int copies) {
 enum class Timing { kGraph, kEager };
 const char* timing_name(Timing t) { return t == Timing::kGraph ? "graph" : "eager"; }
 
-struct Shape {
-  int group;
-  int64_t ctx;
-  int64_t batch;
-};
+using Shape = bench::DecodeShape;
+using bench::WriteShape;
 
 // Regions of the one device arena (offsets fixed for the whole run; see device_arena.h). The KV
 // pool is region 0, so every format's pool starts at the arena base.
@@ -362,13 +360,6 @@ DecodeResult bench_decode(const DeviceArena& arena, const DecodeCase& c, int64_t
           t.joules_per_call};
 }
 
-struct WriteShape {
-  int64_t tokens;
-  float g;  // the global scale of K and V (1 = SGLang's recipe; a power of two takes the exact
-            // multiply path, anything else the true division)
-  quant::Nvfp4ScaleRule rule = quant::Nvfp4ScaleRule::kAmaxOver6;  // nvfp4 parts (nvfp4, k8v4's V)
-};
-
 // Bytes per arena region of the write path for `tokens` tokens in `dtype`.
 std::vector<int64_t> write_region_bytes(KvDtype dtype, int64_t tokens) {
   const cache::PageLayout layout({.num_layers = 1, .kv_heads = g_kv_heads, .head_dim = g_head_dim}, dtype, g_page_size);
@@ -437,60 +428,6 @@ double order_spread(const std::map<KvDtype, std::pair<double, double>>& t) {
     if (s.first > 0 && s.second > 0)
       spread = std::max(spread, std::abs(s.first - s.second) / std::min(s.first, s.second));
   return spread;
-}
-
-// "4:32768:32,8:1024:256" -> shapes; throws on anything else.
-std::vector<Shape> parse_shapes(const std::string& text) {
-  std::vector<Shape> shapes;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    Shape s{};
-    char tail = 0;
-    if (std::sscanf(item.c_str(), "%d:%ld:%ld%c", &s.group, &s.ctx, &s.batch, &tail) != 3 || s.group < 1 ||
-        s.ctx < 1 || s.batch < 1) {
-      throw std::runtime_error(fmt::format("--shapes: '{}' is not GROUP:CTX:BATCH (positive integers)", item));
-    }
-    shapes.push_back(s);
-    at = end + 1;
-  }
-  return shapes;
-}
-
-std::vector<KvDtype> parse_formats(const std::string& text) {
-  std::vector<KvDtype> formats;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    formats.push_back(quant::parse_kv_dtype(text.substr(at, end - at)));
-    at = end + 1;
-  }
-  return formats;
-}
-
-// "TOKENS:G,..." -> write shapes (tokens > 0, g finite and > 0); nullopt after printing the problem.
-std::optional<std::vector<WriteShape>> parse_write_shapes(const std::string& text, quant::Nvfp4ScaleRule rule) {
-  std::vector<WriteShape> shapes;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    const size_t colon = item.find(':');
-    char* tail_t = nullptr;
-    char* tail_g = nullptr;
-    const long tokens = colon == std::string::npos ? 0 : std::strtol(item.substr(0, colon).c_str(), &tail_t, 10);
-    const std::string g_text = colon == std::string::npos ? "" : item.substr(colon + 1);
-    const float g = g_text.empty() ? 0.0f : std::strtof(g_text.c_str(), &tail_g);
-    if (colon == std::string::npos || colon == 0 || *tail_t != 0 || tokens <= 0 || tokens > (1L << 24) ||
-        g_text.empty() || *tail_g != 0 || !(g > 0.0f) || !std::isfinite(g)) {
-      fmt::print(stderr, "--write-shapes: '{}' is not TOKENS:G (1 <= TOKENS <= 2^24, G finite and > 0)\n", item);
-      return std::nullopt;
-    }
-    shapes.push_back({tokens, g, rule});
-    at = end + 1;
-  }
-  return shapes;
 }
 
 }  // namespace
@@ -621,10 +558,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // The list flags, read before anything touches the GPU: a typo costs no device time.
+  std::vector<KvDtype> listed_formats;
+  std::vector<Shape> listed_shapes;
   std::optional<std::vector<WriteShape>> listed_write_shapes;
-  if (!write_shapes_arg.empty()) {
-    listed_write_shapes = parse_write_shapes(write_shapes_arg, write_rule);
-    if (!listed_write_shapes) return 2;
+  try {
+    if (!formats_arg.empty()) listed_formats = bench::parse_formats(formats_arg);
+    if (!shapes_arg.empty()) listed_shapes = bench::parse_decode_shapes(shapes_arg);
+    if (!write_shapes_arg.empty()) listed_write_shapes = bench::parse_write_shapes(write_shapes_arg, write_rule);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_decode_attention: {}\n", e.what());
+    return 2;
   }
   try {
     const Device dev = query_device();
@@ -660,10 +604,10 @@ int main(int argc, char** argv) {
     const std::vector<KvDtype> dtypes = formats_arg.empty()
                                             ? std::vector<KvDtype>{KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4,
                                                                    KvDtype::kK8V4}
-                                            : parse_formats(formats_arg);
+                                            : listed_formats;
     std::vector<Shape> shapes;
     if (!shapes_arg.empty()) {
-      shapes = parse_shapes(shapes_arg);
+      shapes = listed_shapes;
     } else {
       const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{4096, 32768}
                                                   : std::vector<int64_t>{1024, 4096, 16384, 32768, 131072};
