@@ -514,20 +514,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       g_span_units_warps = text == "auto" ? -1 : text == "off" ? 0 : std::stoi(text);
-    } else if (arg == "--pair-merge" && i + 1 < argc) {
+    } else if ((arg == "--pair-merge" || arg == "--prefix-ready") && i + 1 < argc) {
       const std::string text = argv[++i];
       if (text != "on" && text != "off") {
-        fmt::print(stderr, "--pair-merge: '{}' is not on or off\n", text);
+        fmt::print(stderr, "{}: '{}' is not on or off\n", arg, text);
         return 2;
       }
-      g_pair_merge = text == "on";
-    } else if (arg == "--prefix-ready" && i + 1 < argc) {
-      const std::string text = argv[++i];
-      if (text != "on" && text != "off") {
-        fmt::print(stderr, "--prefix-ready: '{}' is not on or off\n", text);
-        return 2;
-      }
-      g_prefix_ready = text == "on";
+      (arg == "--pair-merge" ? g_pair_merge : g_prefix_ready) = text == "on";
     } else if (arg == "--sustain" && i + 1 < argc) {
       const std::string text = argv[++i];
       char* tail = nullptr;
