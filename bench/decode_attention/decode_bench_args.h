@@ -1,8 +1,10 @@
 #pragma once
-// bench_decode_attention's list flags (--shapes, --formats, --write-shapes), parsed before the
-// benchmark touches the GPU. Plain C++, tested in tests/unit/bench (decode_bench_args_test.cpp).
-// Each parser throws nibble::Error naming the flag and the item it could not read.
+// bench_decode_attention's command line, parsed whole before the benchmark touches the GPU (a typo
+// costs no device time). Plain C++, tested in tests/unit/bench (decode_bench_args_test.cpp) and
+// fuzzed (tests/fuzz/decode_bench_args). Every parser throws nibble::Error naming the flag and the
+// text it could not read.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,5 +38,44 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text);
 std::vector<quant::KvDtype> parse_formats(const std::string& text);
 // "65536:1,65536:0.37" -> write shapes (1 <= TOKENS <= kMaxWriteTokens, G finite and > 0), each with `rule`.
 std::vector<WriteShape> parse_write_shapes(const std::string& text, quant::Nvfp4ScaleRule rule);
+
+// How a decode case is timed: CUDA-graph replays of captured calls, or calls launched from the host.
+enum class DecodeTiming { kGraph, kEager };
+const char* decode_timing_name(DecodeTiming t);
+
+inline constexpr int64_t kMaxPageSize = 1024;
+inline constexpr int kMaxKvHeads = 64;
+inline constexpr double kMaxSustainSeconds = 600.0;
+
+// Every flag of bench_decode_attention, with the defaults resolved: an empty list flag has become
+// the sweep it stands for, and the decode or write list is empty where that part is skipped.
+struct DecodeBenchOptions {
+  bool quick = false;             // --quick: the short sweep (contexts 4K, 32K; batches 1, 32)
+  std::string json_path;          // --json FILE ("" = none)
+  std::vector<quant::KvDtype> formats;  // --formats (default bf16, fp8, nvfp4, k8v4)
+  std::vector<DecodeShape> shapes;      // --shapes (default the sweep; empty with --write-only)
+  std::vector<WriteShape> write_shapes; // --write-shapes (default 256:1, 4096:1, 65536:1, 65536:0.37;
+                                        // empty with --no-write)
+  quant::Nvfp4ScaleRule write_rule = quant::Nvfp4ScaleRule::kAmaxOver6;  // --nvfp4-rule 6|4over6
+  bool both_orders = true;              // off with --one-order
+  std::vector<DecodeTiming> timings = {DecodeTiming::kGraph, DecodeTiming::kEager};  // --timing
+  std::vector<int64_t> chunks;          // --chunks: forced item sizes, multiples of the split granule
+  int64_t page_size = 16;               // --page-size: a multiple of 16 in 16..kMaxPageSize
+  int head_dim = 128;                   // --head-dim 64|128|256
+  int kv_heads = 8;                     // --kv-heads 1..kMaxKvHeads
+  int span_units_warps = -1;            // --units auto (-1) | off (0) | 8 | 16
+  bool pair_merge = true;               // --pair-merge on|off
+  bool prefix_ready = false;            // --prefix-ready on|off
+  bool engine_batches = false;          // --engine-batches
+  uint64_t mixed_seed = 0;              // --mixed SEED (> 0); 0 = every sequence ctx long
+  double sustain_seconds = 0.0;         // --sustain SECONDS in 0..kMaxSustainSeconds
+};
+
+// The flags after the program's name, in any order (a later one overrides an earlier one).
+// Throws nibble::Error on an unknown flag, a missing value, a value out of its range, or --no-write
+// with --write-only (nothing left to time).
+DecodeBenchOptions parse_decode_bench_options(const std::vector<std::string>& args);
+// The usage line (every flag), for `program`.
+std::string decode_bench_usage(const std::string& program);
 
 }  // namespace nibble::bench

@@ -1,11 +1,14 @@
-// Fuzz target for bench_decode_attention's list flags: the first byte picks the parser (--shapes,
-// --formats or --write-shapes), the rest is the flag's text. Any input either parses into values
-// inside the documented bounds, one per comma-separated item, or throws nibble::Error; anything else
-// (a crash, a sanitizer report, another exception, a value out of bounds) is a finding.
+// Fuzz target for bench_decode_attention's command line: the first byte picks the parser (--shapes,
+// --formats, --write-shapes, or the whole command line with one argument per line), the rest is its
+// text. Any input either parses into values inside the documented bounds (one per comma-separated
+// item for a list flag) or throws nibble::Error; anything else (a crash, a sanitizer report, another
+// exception, a value out of bounds) is a finding.
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "decode_bench_args.h"
@@ -18,6 +21,46 @@ size_t items(const std::string& text) {
   return n;
 }
 
+// The lines of `text`, one argument each (an empty argument where two newlines meet).
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+bool shape_in_bounds(const nibble::bench::DecodeShape& s) {
+  using namespace nibble::bench;
+  return s.group >= 1 && s.group <= kMaxShapeGroup && s.ctx >= 1 && s.ctx <= kMaxShapeContext && s.batch >= 1 &&
+         s.batch <= kMaxShapeBatch;
+}
+
+bool write_shape_in_bounds(const nibble::bench::WriteShape& w) {
+  return w.tokens >= 1 && w.tokens <= nibble::bench::kMaxWriteTokens && w.g > 0.0f && std::isfinite(w.g);
+}
+
+// Every field of a parsed command line inside the range its flag documents.
+bool options_in_bounds(const nibble::bench::DecodeBenchOptions& o) {
+  using namespace nibble::bench;
+  for (const DecodeShape& s : o.shapes)
+    if (!shape_in_bounds(s)) return false;
+  for (const WriteShape& w : o.write_shapes)
+    if (!write_shape_in_bounds(w) || w.rule != o.write_rule) return false;
+  for (int64_t c : o.chunks)
+    if (c < 64 || c > kMaxShapeContext || c % 64 != 0) return false;
+  return !o.formats.empty() && !o.timings.empty() && (!o.shapes.empty() || !o.write_shapes.empty()) &&
+         o.page_size >= 16 && o.page_size <= kMaxPageSize && o.page_size % 16 == 0 &&
+         (o.head_dim == 64 || o.head_dim == 128 || o.head_dim == 256) && o.kv_heads >= 1 &&
+         o.kv_heads <= kMaxKvHeads &&
+         (o.span_units_warps == -1 || o.span_units_warps == 0 || o.span_units_warps == 8 ||
+          o.span_units_warps == 16) &&
+         o.sustain_seconds >= 0.0 && o.sustain_seconds <= kMaxSustainSeconds;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -25,28 +68,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
   using namespace nibble::bench;
   try {
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
       case 0: {
         const std::vector<DecodeShape> shapes = parse_decode_shapes(text);
         if (shapes.size() != items(text)) std::abort();
-        for (const DecodeShape& s : shapes) {
-          if (s.group < 1 || s.group > kMaxShapeGroup || s.ctx < 1 || s.ctx > kMaxShapeContext || s.batch < 1 ||
-              s.batch > kMaxShapeBatch)
-            std::abort();
-        }
+        for (const DecodeShape& s : shapes)
+          if (!shape_in_bounds(s)) std::abort();
         break;
       }
       case 1:
         if (parse_formats(text).size() != items(text)) std::abort();
         break;
-      default: {
+      case 2: {
         const std::vector<WriteShape> shapes = parse_write_shapes(text, nibble::quant::Nvfp4ScaleRule::kAmaxOver6);
         if (shapes.size() != items(text)) std::abort();
-        for (const WriteShape& w : shapes) {
-          if (w.tokens < 1 || w.tokens > kMaxWriteTokens || !(w.g > 0.0f) || !std::isfinite(w.g)) std::abort();
-        }
+        for (const WriteShape& w : shapes)
+          if (!write_shape_in_bounds(w)) std::abort();
         break;
       }
+      default:
+        if (!options_in_bounds(parse_decode_bench_options(lines(text)))) std::abort();
+        break;
     }
   } catch (const nibble::Error&) {
     return 0;  // rejected with a message

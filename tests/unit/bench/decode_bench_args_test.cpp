@@ -1,6 +1,6 @@
-// bench_decode_attention's list flags (bench/decode_attention/decode_bench_args.h): what they accept,
-// with the values they read, and every kind of item they reject, each with a message naming the flag
-// and the item.
+// bench_decode_attention's command line (bench/decode_attention/decode_bench_args.h): what the list
+// flags and the whole parser accept, with the values they read and the defaults they resolve, and
+// every kind of text they reject, each with a message naming the flag and the text.
 #include "decode_bench_args.h"
 
 #include <gtest/gtest.h>
@@ -82,6 +82,124 @@ TEST(DecodeBenchArgs, WriteShapesRejectBadTokensAndScales) {
     SCOPED_TRACE(item);
     expect_error([&] { parse_write_shapes(item, quant::Nvfp4ScaleRule::kAmaxOver6); },
                  {"--write-shapes", "'" + item + "'"});
+  }
+}
+
+// The parser over the flags after the program's name.
+DecodeBenchOptions parse(std::initializer_list<std::string> args) { return parse_decode_bench_options(args); }
+
+TEST(DecodeBenchOptions, NoFlagsGiveTheFullSweep) {
+  const DecodeBenchOptions o = parse({});
+  EXPECT_EQ(o.formats, (std::vector<KvDtype>{KvDtype::kBF16, KvDtype::kFP8, KvDtype::kNVFP4, KvDtype::kK8V4}));
+  ASSERT_EQ(o.shapes.size(), 50u);  // GQA 4 and 8 x 5 contexts x 5 batches
+  EXPECT_EQ(o.shapes.front().group, 4);
+  EXPECT_EQ(o.shapes.front().ctx, 1024);
+  EXPECT_EQ(o.shapes.front().batch, 1);
+  EXPECT_EQ(o.shapes.back().group, 8);
+  EXPECT_EQ(o.shapes.back().ctx, 131072);
+  EXPECT_EQ(o.shapes.back().batch, 256);
+  ASSERT_EQ(o.write_shapes.size(), 4u);
+  EXPECT_EQ(o.write_shapes[3].tokens, 65536);
+  EXPECT_EQ(o.write_shapes[3].g, 0.37f);
+  EXPECT_EQ(o.timings, (std::vector<DecodeTiming>{DecodeTiming::kGraph, DecodeTiming::kEager}));
+  EXPECT_TRUE(o.both_orders);
+  EXPECT_TRUE(o.chunks.empty());
+  EXPECT_EQ(o.page_size, 16);
+  EXPECT_EQ(o.head_dim, 128);
+  EXPECT_EQ(o.kv_heads, 8);
+  EXPECT_EQ(o.span_units_warps, -1);
+  EXPECT_TRUE(o.pair_merge);
+  EXPECT_FALSE(o.prefix_ready);
+  EXPECT_FALSE(o.engine_batches);
+  EXPECT_EQ(o.mixed_seed, 0u);
+  EXPECT_EQ(o.sustain_seconds, 0.0);
+  EXPECT_EQ(o.json_path, "");
+}
+
+TEST(DecodeBenchOptions, QuickAndPartsOfTheRun) {
+  EXPECT_EQ(parse({"--quick"}).shapes.size(), 8u);  // 2 groups x 2 contexts x 2 batches
+  const DecodeBenchOptions write_only = parse({"--write-only", "--shapes", "4:1024:8"});
+  EXPECT_TRUE(write_only.shapes.empty());
+  EXPECT_EQ(write_only.write_shapes.size(), 4u);
+  const DecodeBenchOptions no_write = parse({"--no-write", "--write-shapes", "256:1"});
+  EXPECT_TRUE(no_write.write_shapes.empty());
+  EXPECT_EQ(no_write.shapes.size(), 50u);
+  expect_error([] { parse({"--no-write", "--write-only"}); }, {"--no-write", "--write-only"});
+}
+
+TEST(DecodeBenchOptions, EveryFlagReadsItsValue) {
+  const DecodeBenchOptions o =
+      parse({"--json", "out.json", "--shapes", "4:32768:8", "--formats", "nvfp4,fp8", "--one-order", "--timing",
+             "graph", "--chunks", "128,4096", "--page-size", "64", "--head-dim", "256", "--kv-heads", "2",
+             "--engine-batches", "--mixed", "7", "--units", "16", "--pair-merge", "off", "--prefix-ready", "on",
+             "--sustain", "2.5", "--write-shapes", "4096:0.25", "--nvfp4-rule", "4over6"});
+  EXPECT_EQ(o.json_path, "out.json");
+  ASSERT_EQ(o.shapes.size(), 1u);
+  EXPECT_EQ(o.shapes[0].ctx, 32768);
+  EXPECT_EQ(o.formats, (std::vector<KvDtype>{KvDtype::kNVFP4, KvDtype::kFP8}));
+  EXPECT_FALSE(o.both_orders);
+  EXPECT_EQ(o.timings, std::vector<DecodeTiming>{DecodeTiming::kGraph});
+  EXPECT_EQ(o.chunks, (std::vector<int64_t>{128, 4096}));
+  EXPECT_EQ(o.page_size, 64);
+  EXPECT_EQ(o.head_dim, 256);
+  EXPECT_EQ(o.kv_heads, 2);
+  EXPECT_TRUE(o.engine_batches);
+  EXPECT_EQ(o.mixed_seed, 7u);
+  EXPECT_EQ(o.span_units_warps, 16);
+  EXPECT_FALSE(o.pair_merge);
+  EXPECT_TRUE(o.prefix_ready);
+  EXPECT_EQ(o.sustain_seconds, 2.5);
+  ASSERT_EQ(o.write_shapes.size(), 1u);
+  EXPECT_EQ(o.write_shapes[0].tokens, 4096);
+  // --nvfp4-rule after --write-shapes still applies to them.
+  EXPECT_EQ(o.write_shapes[0].rule, quant::Nvfp4ScaleRule::kFourOverSix);
+  EXPECT_EQ(parse({"--timing", "eager"}).timings, std::vector<DecodeTiming>{DecodeTiming::kEager});
+  EXPECT_EQ(parse({"--units", "off"}).span_units_warps, 0);
+  EXPECT_EQ(parse({"--units", "8"}).span_units_warps, 8);
+  EXPECT_EQ(parse({"--head-dim", "64"}).head_dim, 64);
+  EXPECT_EQ(parse({"--page-size", "1024"}).page_size, kMaxPageSize);
+  EXPECT_EQ(parse({"--sustain", "600"}).sustain_seconds, kMaxSustainSeconds);
+  EXPECT_EQ(parse({"--mixed", "18446744073709551615"}).mixed_seed, 18446744073709551615ull);
+  // A later flag overrides an earlier one.
+  EXPECT_EQ(parse({"--kv-heads", "4", "--kv-heads", "1"}).kv_heads, 1);
+}
+
+TEST(DecodeBenchOptions, RejectsWhatItCannotRead) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--bogus"}, "'--bogus'"},
+      {{"--json"}, "--json needs a value"},
+      {{"--shapes"}, "--shapes needs a value"},
+      {{"--json", ""}, "--json"},
+      {{"--timing", "both2"}, "'both2'"},
+      {{"--chunks", "100"}, "'100'"},
+      {{"--chunks", "0"}, "'0'"},
+      {{"--chunks", "128,"}, "''"},
+      {{"--chunks", "33554432"}, "'33554432'"},
+      {{"--page-size", "8"}, "'8'"},
+      {{"--page-size", "24"}, "'24'"},
+      {{"--page-size", "2048"}, "'2048'"},
+      {{"--head-dim", "96"}, "'96'"},
+      {{"--kv-heads", "0"}, "'0'"},
+      {{"--kv-heads", "65"}, "'65'"},
+      {{"--kv-heads", "4x"}, "'4x'"},
+      {{"--mixed", "0"}, "'0'"},
+      {{"--mixed", "-1"}, "'-1'"},
+      {{"--mixed", "18446744073709551616"}, "'18446744073709551616'"},
+      {{"--units", "4"}, "'4'"},
+      {{"--pair-merge", "yes"}, "'yes'"},
+      {{"--prefix-ready", ""}, "''"},
+      {{"--sustain", "-1"}, "'-1'"},
+      {{"--sustain", "601"}, "'601'"},
+      {{"--sustain", "nan"}, "'nan'"},
+      {{"--sustain", " 1"}, "' 1'"},
+      {{"--nvfp4-rule", "5"}, "'5'"},
+      {{"--shapes", "4:1024"}, "'4:1024'"},
+      {{"--formats", "fp4"}, "'fp4'"},
+      {{"--write-shapes", "256:0"}, "'256:0'"},
+  };
+  for (const auto& [args, part] : bad) {
+    SCOPED_TRACE(args.front());
+    expect_error([&] { parse_decode_bench_options(args); }, {args.front(), part});
   }
 }
 
