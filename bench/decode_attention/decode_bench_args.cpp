@@ -11,19 +11,20 @@
 
 namespace nibble::bench {
 
-namespace {
-
-// The comma-separated items of `text` (an empty item where two commas meet or at either end).
-std::vector<std::string> split_items(const std::string& text) {
+std::vector<std::string> split_at(const std::string& text, char sep) {
   std::vector<std::string> items;
   size_t at = 0;
   while (at <= text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
+    const size_t end = std::min(text.find(sep, at), text.size());
     items.push_back(text.substr(at, end - at));
     at = end + 1;
   }
   return items;
 }
+
+namespace {
+
+std::vector<std::string> split_items(const std::string& text) { return split_at(text, ','); }
 
 // A decimal integer in [lo, hi] that is the whole of `text`; false otherwise (overflow included).
 bool read_integer(const std::string& text, int64_t lo, int64_t hi, int64_t& out) {

@@ -32,6 +32,9 @@ struct WriteShape {
 };
 inline constexpr int64_t kMaxWriteTokens = int64_t{1} << 24;
 
+// The pieces of `text` between `sep`s (an empty piece where two meet or at either end).
+std::vector<std::string> split_at(const std::string& text, char sep);
+
 // "4:32768:32,8:1024:256" -> shapes (GROUP:CTX:BATCH, each a positive integer within the limits above).
 std::vector<DecodeShape> parse_decode_shapes(const std::string& text);
 // "bf16,fp8,nvfp4,k8v4" -> formats (quant::parse_kv_dtype's names).

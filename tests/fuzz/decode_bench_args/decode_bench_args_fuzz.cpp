@@ -5,7 +5,6 @@
 // exception, a value out of bounds) is a finding.
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -19,18 +18,6 @@ size_t items(const std::string& text) {
   size_t n = 1;
   for (char ch : text) n += ch == ',';
   return n;
-}
-
-// The lines of `text`, one argument each (an empty argument where two newlines meet).
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    out.push_back(text.substr(at, end - at));
-    at = end + 1;
-  }
-  return out;
 }
 
 bool shape_in_bounds(const nibble::bench::DecodeShape& s) {
@@ -87,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       default:
-        if (!options_in_bounds(parse_decode_bench_options(lines(text)))) std::abort();
+        if (!options_in_bounds(parse_decode_bench_options(split_at(text, '\n')))) std::abort();
         break;
     }
   } catch (const nibble::Error&) {
