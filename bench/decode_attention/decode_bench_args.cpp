@@ -55,13 +55,13 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
   return shapes;
 }
 
-std::vector<quant::KvDtype> parse_formats(const std::string& text) {
+std::vector<quant::KvDtype> parse_formats(const std::string& text, const std::string& flag) {
   std::vector<quant::KvDtype> formats;
   for (const std::string& item : split_items(text)) {
     try {
       formats.push_back(quant::parse_kv_dtype(item));
     } catch (const Error& e) {
-      NIBBLE_FAIL("--formats: {}", e.what());
+      NIBBLE_FAIL("{}: {}", flag, e.what());
     }
   }
   return formats;

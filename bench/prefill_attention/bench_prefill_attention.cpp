@@ -6,8 +6,10 @@
 // the same run (the practical ceiling). FLOPs are counted causally: 4 · seq² · head_dim ·
 // q_heads / 2 per sequence (QK^T and PV, half the square).
 //
-//   bench_prefill_attention [--quick] [--tiles] [--extend] [--json FILE]
+//   bench_prefill_attention [--quick] [--tiles] [--extend] [--extend-formats bf16,fp8,...] [--json FILE]
 //
+//   --extend-formats  the extend section's prefix formats, in order (default bf16,fp8,nvfp4,k8v4);
+//            one format makes the run's extend launches that format's alone (e.g. for ncu)
 //   --extend extend (chunk over a cached prefix, extend_bench.cpp) only: tensor-core
 //            extend_attention vs the CUDA-core chunk_attention, bf16 / fp8 / nvfp4 / k8v4 prefixes
 //   --tiles  also time every tile configuration built (cuda::prefill_tile_name) at 2K and 8K
@@ -27,6 +29,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "common/error.h"
+#include "decode_bench_args.h"  // parse_formats
 #include "event_timing.h"
 #include "device_mem.h"
 #include "extend_bench.h"
@@ -174,6 +178,8 @@ double chunk_kernel_seconds(int64_t head_dim, int64_t seq, int64_t batch) {
 int main(int argc, char** argv) {
   bool quick = false, tiles = false, extend = false;
   std::string json_path;
+  std::vector<nibble::quant::KvDtype> extend_formats = {nibble::quant::KvDtype::kBF16, nibble::quant::KvDtype::kFP8,
+                                                        nibble::quant::KvDtype::kNVFP4, nibble::quant::KvDtype::kK8V4};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
@@ -184,8 +190,18 @@ int main(int argc, char** argv) {
       extend = true;
     } else if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (arg == "--extend-formats" && i + 1 < argc) {
+      try {
+        extend_formats = nibble::bench::parse_formats(argv[++i], "--extend-formats");  // decode_bench_args.h
+      } catch (const nibble::Error& e) {
+        fmt::print(stderr, "bench_prefill_attention: {}\n", e.what());
+        return 2;
+      }
     } else {
-      fmt::print(stderr, "usage: {} [--quick] [--tiles] [--extend] [--json FILE]\nunknown argument '{}'\n", argv[0], arg);
+      fmt::print(stderr,
+                 "usage: {} [--quick] [--tiles] [--extend] [--extend-formats bf16,fp8,...] [--json FILE]\n"
+                 "unknown argument '{}'\n",
+                 argv[0], arg);
       return 2;
     }
   }
@@ -202,7 +218,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json json = {{"device", prop.name}, {"gemm_tflops", gemm}, {"rows", nlohmann::json::array()}};
   if (extend) {
-    nibble::bench::run_extend_bench(gemm, quick, json);
+    nibble::bench::run_extend_bench(gemm, quick, extend_formats, json);
     if (!json_path.empty()) std::ofstream(json_path) << json.dump(2) << "\n";
     return 0;
   }

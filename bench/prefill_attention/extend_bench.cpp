@@ -88,7 +88,8 @@ struct ExtendStep {
 
 }  // namespace
 
-void run_extend_bench(double gemm_tflops, bool quick, nlohmann::json& json) {
+void run_extend_bench(double gemm_tflops, bool quick, const std::vector<quant::KvDtype>& formats,
+                      nlohmann::json& json) {
   struct Shape {
     int64_t prefix, chunk;
   };
@@ -103,8 +104,7 @@ void run_extend_bench(double gemm_tflops, bool quick, nlohmann::json& json) {
     fmt::print("  {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>10} {:>14} {:>8}\n", "prefix", "chunk", "kv", "tc ms",
                "TFLOP/s", "%cuBLAS", "floor ms", "chunk_attn ms", "TFLOP/s");
     for (const Shape& shape : shapes) {
-      for (const quant::KvDtype dtype : {quant::KvDtype::kBF16, quant::KvDtype::kFP8, quant::KvDtype::kNVFP4,
-                                         quant::KvDtype::kK8V4}) {
+      for (const quant::KvDtype dtype : formats) {
         const ExtendStep step(shape.prefix, shape.chunk, head_dim, dtype);
         const auto params = step.extend_params();
         const double s = median_seconds([&] { cuda::extend_attention(params, nullptr); });
