@@ -27,11 +27,11 @@ struct ExtendTileFor<256> {
   using type = PrefillTile<256, 4, 1, 32, 1, false, 2, PrefillSchedule::kLazyRescale>;
 };
 
-template <int D, bool kStagedPrefix>
+template <int D, ExtendPrefix kPrefix>
 void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   using T = typename ExtendTileFor<D>::type;
-  using S = ExtendSmem<D, T, kStagedPrefix ? 2 : 1>;
-  auto* kernel = extend_attention_kernel<D, T, kStagedPrefix>;
+  using S = ExtendSmem<D, T, extend_prefix_stages(kPrefix)>;
+  auto* kernel = extend_attention_kernel<D, T, kPrefix>;
   static const cudaError_t attribute_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kBytes);
   NIBBLE_CUDA_CHECK(attribute_status);
@@ -46,19 +46,32 @@ void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
-// The staged-prefix build (extend_attention_tc.cuh) where its raw stages hold a prefix row (bf16 or
-// narrower: not the f32 cache) and its second bf16 stage fits beside the first: head_dim <= 128
-// (194 KiB at 128; at 256 it would take the second block per SM).
+// The staged-prefix builds (extend_attention_tc.cuh, ExtendPrefix) where their raw stages hold a
+// prefix row (bf16 or narrower: not the f32 cache) and a second bf16 stage fits beside the first:
+// head_dim <= 128 (194 KiB at 128; at 256 it would take the second block per SM). A bf16 cache
+// copies its rows straight into the bf16 stages; at head_dim 256 it runs the single-stage loop
+// without the other formats' conversions.
 template <int D>
 void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
-  const bool narrow = p.k_layout.format != quant::ElemFormat::kF32 && p.v_layout.format != quant::ElemFormat::kF32;
+  using quant::ElemFormat;
+  const bool narrow = p.k_layout.format != ElemFormat::kF32 && p.v_layout.format != ElemFormat::kF32;
+  const bool bf16 = p.k_layout.format == ElemFormat::kBF16 && p.v_layout.format == ElemFormat::kBF16;
   if constexpr (D <= 128) {
+    if (bf16) {
+      launch<D, ExtendPrefix::kBf16Direct>(p, stream);
+      return;
+    }
     if (narrow) {
-      launch<D, true>(p, stream);
+      launch<D, ExtendPrefix::kStaged>(p, stream);
+      return;
+    }
+  } else {
+    if (bf16) {
+      launch<D, ExtendPrefix::kSingleStageBf16>(p, stream);
       return;
     }
   }
-  launch<D, false>(p, stream);
+  launch<D, ExtendPrefix::kSingleStage>(p, stream);
 }
 
 }  // namespace

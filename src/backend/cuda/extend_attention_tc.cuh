@@ -11,11 +11,15 @@
 //   wait raw(i); barrier; dequantize raw(i) -> bf16 tile; barrier; cp.async raw(i + 1);
 //   S = Q K^T (mask: prefix end / causal), lazy online softmax, O += P V.
 // The copy of tile i + 1 overlaps tile i's MMAs; the dequantization is a short shared-memory pass.
-// kStagedPrefix (head_dim <= 128, prefix in bf16 / fp8 / nvfp4 / k8v4): the prefix tiles run first
-// through two raw and two bf16 stages,
-//   wait raw(i + 1); barrier; cp.async raw(i + 2); dequantize raw(i + 1); S, softmax, O of tile i,
-// one barrier per tile, each warp's dequantization beside the other warps' MMAs; then the loop above
-// takes the own tiles (their f32 rows staged in the same raw bytes).
+// kPrefix (ExtendPrefix) picks how the prefix tiles run, head_dim <= 128 (else kSingleStage, or
+// kSingleStageBf16 for a bf16 cache: the loop above without the fp8 / nvfp4 conversions):
+//   kStaged (prefix in fp8 / nvfp4 / k8v4): first, through two raw and two bf16 stages,
+//     wait raw(i + 1); barrier; cp.async raw(i + 2); dequantize raw(i + 1); S, softmax, O of tile i,
+//   one barrier per tile, each warp's dequantization beside the other warps' MMAs;
+//   kBf16Direct (prefix in bf16): straight into three bf16 stages (the third in the raw region), as
+//   the prefill kernel loads its tiles, no conversion pass;
+// each thread's page-table entry read a tile ahead of its copy. Then the loop above takes the own
+// tiles (their f32 rows staged in the same raw bytes).
 // At the first own tile each warp finishes the prefix phase in registers: O *= g_v, O = H O (rotated
 // cache), q reloaded unrotated, and the softmax scale loses g_k.
 //
@@ -34,10 +38,10 @@
 
 namespace nibble::cuda::detail {
 
-template <int D, typename T, bool kStagedPrefix>
+template <int D, typename T, ExtendPrefix kPrefix>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     extend_attention_kernel(ExtendAttentionParams p, int heads_per_block) {
-  using S = ExtendSmem<D, T, kStagedPrefix ? 2 : 1>;
+  using S = ExtendSmem<D, T, extend_prefix_stages(kPrefix)>;
   constexpr int kKeys = T::kKeys;
   constexpr int kM = T::kM;
   constexpr int kD16 = T::kD16;
@@ -134,7 +138,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const auto issue = [&](int i) {
     if (i < n_prefix) {
       copy_prefix_tile<D, T>(raw_k, raw_v, scales_k, scales_v, p.k_layout, p.v_layout, p.pool, p.page_bytes,
-                             page_table, page_size, kv_head, i * kKeys, cached_len);
+                             prefix_row_page<T>(page_table, page_size, i * kKeys, cached_len), page_size, kv_head,
+                             i * kKeys, cached_len);
     } else {
       const int key0 = (i - n_prefix) * kKeys;
       copy_own_part<D, T>(raw_k, own_k, kv_cols, key0, key_end);
@@ -163,53 +168,108 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   };
 
   int i0 = 0;  // the first tile of the single-stage loop
-  if constexpr (kStagedPrefix) {
-    const auto issue_prefix = [&](int i) {  // raw(i) into raw stage i % 2
-      const uint32_t raw = smem + S::prefix_raw(i % 2), scales = smem + S::scales(i % 2);
-      copy_prefix_tile<D, T>(raw, raw + S::kPrefixRawPartBytes, scales, scales + S::kScalePartBytes, p.k_layout,
-                             p.v_layout, p.pool, p.page_bytes, page_table, page_size, kv_head, i * kKeys, cached_len);
-      cp_async_commit();
+  if constexpr (extend_prefix_staged(kPrefix)) {
+    // The page of this thread's row in the next prefix tile to copy, read a tile ahead (each copy
+    // reads the one after it): the page-table load is off the copy's path.
+    int next_page = n_prefix > 0 ? prefix_row_page<T>(page_table, page_size, 0, cached_len) : 0;
+    const auto take_page = [&](int i) {  // the page of tile i, and the read of tile i + 1's
+      const int page = next_page;
+      if (i + 1 < n_prefix) next_page = prefix_row_page<T>(page_table, page_size, (i + 1) * kKeys, cached_len);
+      return page;
     };
-    const auto convert_prefix = [&](int i) {  // raw(i) -> bf16 stage i % 2
-      const int st = i % 2;
-      convert_part<D, T>(smem + S::tile(st), smem_raw + S::prefix_raw(st), smem_raw + S::scales(st),
-                         p.k_layout.format);
-      convert_part<D, T>(smem + S::tile(st) + S::kTileBytes, smem_raw + S::prefix_raw(st) + S::kPrefixRawPartBytes,
-                         smem_raw + S::scales(st) + S::kScalePartBytes, p.v_layout.format);
-    };
-    if (n_prefix > 0) {
-      issue_prefix(0);
-      if (n_prefix > 1) {
-        issue_prefix(1);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
+    if constexpr (kPrefix == ExtendPrefix::kBf16Direct) {
+      // The rows are copied straight into three bf16 stages (the third in the raw region, unused
+      // here), as the prefill kernel copies its tiles: no conversion pass. H200, 2026-12-03,
+      // bench_prefill_attention --extend --quick, TFLOP/s, through the raw staging -> direct:
+      // d128 8K + 2K 269.3 -> 304.3, 32K + 8K 281.5 -> 317.8; d64 200.3 -> 235.3, 205.6 -> 243.6.
+      static_assert(S::kScales - S::kRaw >= 2 * S::kTileBytes, "a third bf16 stage fits the raw region");
+      const auto stage = [](int i) { return i % 3 == 2 ? S::kRaw : S::tile(i % 3); };
+      const auto issue_direct = [&](int i) {
+        const uint32_t tile = smem + stage(i);
+        copy_prefix_tile<D, T, true>(tile, tile + S::kTileBytes, 0, 0, p.k_layout, p.v_layout, p.pool, p.page_bytes,
+                                     take_page(i), page_size, kv_head, i * kKeys, cached_len);
+        cp_async_commit();
+      };
+      if (n_prefix > 0) issue_direct(0);
+      if (n_prefix > 1) issue_direct(1);
+      for (int i = 0; i < n_prefix; ++i) {
+        if (i + 1 < n_prefix) {
+          cp_async_wait<1>();  // tile i; tile i + 1 may be in flight
+        } else {
+          cp_async_wait<0>();
+        }
+        // Tile i visible; every warp is done with tile i - 1, whose stage tile i + 2 takes.
+        __syncthreads();
+        if (i + 2 < n_prefix) issue_direct(i + 2);
+        if (warp_active) attend(smem + stage(i), true, i * kKeys);
       }
-      __syncthreads();  // raw(0) visible
-      convert_prefix(0);
-    }
-    for (int i = 0; i < n_prefix; ++i) {
-      cp_async_wait<0>();  // raw(i + 1), the one copy in flight
-      // bf16 stage i % 2 (tile i) and raw(i + 1) visible; every warp is done with tile i - 1, so
-      // its bf16 stage and raw(i)'s stage are free.
-      __syncthreads();
-      if (i + 2 < n_prefix) issue_prefix(i + 2);
-      if (i + 1 < n_prefix) convert_prefix(i + 1);
-      if (warp_active) attend(smem + S::tile(i % 2), true, i * kKeys);
+    } else {
+      const auto issue_prefix = [&](int i) {  // raw(i) into raw stage i % 2
+        const uint32_t raw = smem + S::prefix_raw(i % 2), scales = smem + S::scales(i % 2);
+        copy_prefix_tile<D, T>(raw, raw + S::kPrefixRawPartBytes, scales, scales + S::kScalePartBytes, p.k_layout,
+                               p.v_layout, p.pool, p.page_bytes, take_page(i), page_size, kv_head, i * kKeys,
+                               cached_len);
+        cp_async_commit();
+      };
+      const auto convert_prefix = [&](int i) {  // raw(i) -> bf16 stage i % 2
+        const int st = i % 2;
+        convert_part<D, T>(smem + S::tile(st), smem_raw + S::prefix_raw(st), smem_raw + S::scales(st),
+                           p.k_layout.format);
+        convert_part<D, T>(smem + S::tile(st) + S::kTileBytes, smem_raw + S::prefix_raw(st) + S::kPrefixRawPartBytes,
+                           smem_raw + S::scales(st) + S::kScalePartBytes, p.v_layout.format);
+      };
+      if (n_prefix > 0) {
+        issue_prefix(0);
+        if (n_prefix > 1) {
+          issue_prefix(1);
+          cp_async_wait<1>();
+        } else {
+          cp_async_wait<0>();
+        }
+        __syncthreads();  // raw(0) visible
+        convert_prefix(0);
+      }
+      for (int i = 0; i < n_prefix; ++i) {
+        cp_async_wait<0>();  // raw(i + 1), the one copy in flight
+        // bf16 stage i % 2 (tile i) and raw(i + 1) visible; every warp is done with tile i - 1, so
+        // its bf16 stage and raw(i)'s stage are free.
+        __syncthreads();
+        if (i + 2 < n_prefix) issue_prefix(i + 2);
+        // kStagger (one block per SM, head_dim 128): each thread converts its units of tile i + 1
+        // before attending tile i in the block's first half of warps, after it in the second:
+        // warps w and w + kWarps / 2 share a scheduler, so one's conversion runs beside the other's
+        // MMAs (all converting at once left the tensor pipe idle). The next barrier sees both
+        // halves' writes. H200, 2026-12-03, bench_prefill_attention --extend --quick, TFLOP/s,
+        // converting first -> staggered, d128 32K + 8K: fp8 272.2 -> 283.4, nvfp4 263.2 -> 267.5,
+        // k8v4 266.6 -> 274.4 (8K + 2K alike). At head_dim 64 (two blocks per SM, whose warps
+        // already drift apart) it lost 4-6% (nvfp4 192.4 -> 180.4) and spilled 12 bytes: not there.
+        constexpr bool kStagger = T::kMinBlocks == 1;
+        const bool convert_first = !kStagger || warp < T::kWarps / 2;
+        if (convert_first && i + 1 < n_prefix) convert_prefix(i + 1);
+        if (warp_active) attend(smem + S::tile(i % 2), true, i * kKeys);
+        if (kStagger && !convert_first && i + 1 < n_prefix) convert_prefix(i + 1);
+      }
     }
     i0 = n_prefix;
     __syncthreads();  // every warp is done with the stages: the raw bytes stage the own rows next
   }
 
+  // The formats this loop converts: the own f32 rows, and the prefix's where it runs here.
+  // kSingleStageBf16 (head_dim 256, bf16 cache): without the fp8 and nvfp4 conversions, which cost
+  // the bf16 kernel registers (H200, 2026-12-03, bench_prefill_attention --extend, d256 bf16
+  // TFLOP/s at 32K + 8K: the old generic kernel 145.2, the generic kernel with the faster fp8 and
+  // nvfp4 conversions 138.6, this build 159.8 against the old kernel's 144.0 in its call).
+  constexpr unsigned kLoopFormats = kPrefix == ExtendPrefix::kSingleStageBf16 ? kConvertF32Bf16 : kConvertAll;
   if (i0 < n_tiles) issue(i0);
   for (int i = i0; i < n_tiles; ++i) {
     const bool prefix = i < n_prefix;
     cp_async_wait<0>();
     __syncthreads();  // raw(i) visible to all; every warp is done with the previous bf16 tile
-    convert_part<D, T>(tile_k, smem_raw + S::kRaw, smem_raw + S::kScales,
-                       prefix ? p.k_layout.format : quant::ElemFormat::kF32);
-    convert_part<D, T>(tile_v, smem_raw + S::kRaw + S::kRawPartBytes, smem_raw + S::kScales + S::kScalePartBytes,
-                       prefix ? p.v_layout.format : quant::ElemFormat::kF32);
+    convert_part<D, T, kLoopFormats>(tile_k, smem_raw + S::kRaw, smem_raw + S::kScales,
+                                     prefix ? p.k_layout.format : quant::ElemFormat::kF32);
+    convert_part<D, T, kLoopFormats>(tile_v, smem_raw + S::kRaw + S::kRawPartBytes,
+                                     smem_raw + S::kScales + S::kScalePartBytes,
+                                     prefix ? p.v_layout.format : quant::ElemFormat::kF32);
     __syncthreads();  // the bf16 tile is visible; the staging buffer is free
     if (i + 1 < n_tiles) issue(i + 1);
 

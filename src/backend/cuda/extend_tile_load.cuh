@@ -12,12 +12,13 @@
 //
 // Dequantization is exact to bf16 except from f32 (RNE): the global scale g is not applied here
 // (the kernel folds it into the softmax scale for K and into O for V).
-//   fp8:   E4M3 bits placed in an f32 (sign -> 31, exponent/mantissa -> 26..20) read as a value
-//          2^-120 times the E4M3 value (subnormals included, as f32 subnormals), times 2^120.
-//   nvfp4: E2M1 codes -> fp16 patterns worth code · 2^-14 (e2m1_decode.h), to f32, times the
-//          block's E4M3 scale · 2^14: a product of <= 6 significant bits, exact in bf16.
+//   fp8:   the hardware's E4M3 -> f16 convert, then f32 and bf16 (each step exact).
+//   nvfp4: E2M1 codes -> fp16 patterns worth code · 2^-14 (e2m1_decode.h), to bf16, times the
+//          block's E4M3 scale · 2^14 in bf16: a product of <= 6 significant bits, exact in bf16.
+//          (A NaN scale code, which the write path never stores, decodes as 480.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,10 +27,26 @@
 #include "backend/cuda/prefill_mma.cuh"
 #include "backend/cuda/prefill_tile.cuh"
 #include "cache/page_layout.h"
-#include "quant/e4m3.h"
 #include "quant/kv_format.h"
 
 namespace nibble::cuda::detail {
+
+// How the extend kernel runs a sequence's prefix tiles (extend_attention_tc.cuh): in the one loop
+// with the own tiles, through one raw staging buffer and one bf16 tile (the f32 cache; head_dim
+// 256: kSingleStageBf16 for a bf16 cache, whose kernel holds no fp8 / nvfp4 conversion); through
+// two raw and two bf16 stages (fp8, nvfp4, k8v4 at head_dim <= 128); or copied straight into three
+// bf16 stages (bf16 at head_dim <= 128).
+enum class ExtendPrefix { kSingleStage, kSingleStageBf16, kStaged, kBf16Direct };
+__host__ __device__ constexpr bool extend_prefix_staged(ExtendPrefix m) {
+  return m == ExtendPrefix::kStaged || m == ExtendPrefix::kBf16Direct;
+}
+// The bf16 stages of ExtendSmem for a prefix mode (kBf16Direct's third lives in the raw region).
+__host__ __device__ constexpr int extend_prefix_stages(ExtendPrefix m) { return extend_prefix_staged(m) ? 2 : 1; }
+
+// Sets of formats a kernel's convert_part is built for (a format's bit: 1 << ElemFormat).
+__host__ __device__ constexpr unsigned format_bit(quant::ElemFormat f) { return 1u << static_cast<unsigned>(f); }
+inline constexpr unsigned kConvertAll = 0xFu;
+inline constexpr unsigned kConvertF32Bf16 = (1u << 0) | (1u << 1);  // f32 own rows, a bf16 prefix
 
 // Byte offsets of the extend kernel's shared memory for tile configuration T at head_dim D:
 //   kStages × [K tile | V tile] bf16 swizzled [kKeys][D] each, [K raw | V raw] [kKeys][<= 4 D]
@@ -66,15 +83,26 @@ __device__ __forceinline__ void cp_async_small(uint32_t smem_dst, const void* gm
                : "memory");
 }
 
-// Prefix rows [key0, key0 + kKeys) of K and V (positions >= end zero-filled) into staging. Thread
-// layout: kThreads / kKeys threads per key row, so the page-table lookup of a row is done once per
-// thread for both parts; the row's 16-byte chunks go round-robin over its threads, and one of them
-// copies the nvfp4 scale row (D/16 bytes, one copy).
-template <int D, typename T>
+// The page of this thread's prefix row in the tile starting at key0 (the row layout of
+// copy_prefix_tile; a row at or past `end` takes the last row's page, a mapped address that is not
+// read). Loaded a tile ahead of its copy by the staged build, so the page-table read is off the
+// copy's path.
+template <typename T>
+__device__ __forceinline__ int prefix_row_page(const int32_t* page_table, int page_size, int key0, int end) {
+  const int pos = key0 + static_cast<int>(threadIdx.x) / (T::kThreads / T::kKeys);
+  return page_table[(pos < end ? pos : end - 1) / page_size];
+}
+
+// Prefix rows [key0, key0 + kKeys) of K and V (positions >= end zero-filled) into staging, the row
+// of this thread in `page` (prefix_row_page). Thread layout: kThreads / kKeys threads per key row;
+// the row's 16-byte chunks go round-robin over its threads, and one of them copies the nvfp4 scale
+// row (D/16 bytes, one copy). kToTile (bf16 K and V): the rows go straight into the swizzled bf16
+// tiles at raw_k / raw_v, which then need no conversion.
+template <int D, typename T, bool kToTile = false>
 __device__ __forceinline__ void copy_prefix_tile(uint32_t raw_k, uint32_t raw_v, uint32_t scales_k, uint32_t scales_v,
                                                  const cache::KvPartLayout& k_part, const cache::KvPartLayout& v_part,
-                                                 const uint8_t* pool, int64_t page_bytes, const int32_t* page_table,
-                                                 int page_size, int kv_head, int key0, int end) {
+                                                 const uint8_t* pool, int64_t page_bytes, int page, int page_size,
+                                                 int kv_head, int key0, int end) {
   constexpr int kThreadsPerRow = T::kThreads / T::kKeys;
   static_assert(T::kThreads % T::kKeys == 0, "whole threads per key row");
   constexpr int kScaleBytes = D / 16;
@@ -82,9 +110,19 @@ __device__ __forceinline__ void copy_prefix_tile(uint32_t raw_k, uint32_t raw_v,
   const int pos = key0 + r;
   const bool valid = pos < end;
   const int at = valid ? pos : end - 1;  // a mapped address even when nothing is read
-  const int page = page_table[at / page_size];
   const uint8_t* page_base = pool + static_cast<int64_t>(page) * page_bytes;
   const int64_t vector = static_cast<int64_t>(kv_head) * page_size + at % page_size;  // (head, slot) index
+  if constexpr (kToTile) {
+    constexpr int kChunks = D / 8;  // 16-byte chunks of a bf16 row
+    const uint8_t* src_k = page_base + k_part.data_offset + vector * (2 * D);
+    const uint8_t* src_v = page_base + v_part.data_offset + vector * (2 * D);
+#pragma unroll
+    for (int c = sub; c < kChunks; c += kThreadsPerRow) {
+      cp_async_16(raw_k + swizzled_bytes<D>(r, c), src_k + 16 * c, valid);
+      cp_async_16(raw_v + swizzled_bytes<D>(r, c), src_v + 16 * c, valid);
+    }
+    return;
+  }
   {
     const int row_bytes = static_cast<int>(k_part.data_row_bytes);
     const uint8_t* src = page_base + k_part.data_offset + vector * row_bytes;
@@ -123,11 +161,23 @@ __device__ __forceinline__ void copy_own_part(uint32_t raw, const float* src, in
   }
 }
 
-// Two E4M3 codes (bytes 0, 1 of x) -> bf16x2, exact.
+// Two E4M3 codes (bytes 0, 1 of x) -> bf16x2, exact: the hardware's e4m3x2 -> f16x2 convert (E4M3
+// is a subset of f16, subnormals included), then to f32 and bf16. 4 instructions per pair; the bit
+// placement in an f32 times 2^120 it replaces took 13 (H200, 2026-12-03: PERFORMANCE.md,
+// thirty-third round).
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t x) {
-  const float a = __uint_as_float(((x & 0x7Fu) << 20) | ((x & 0x80u) << 24)) * 0x1p120f;
-  const float b = __uint_as_float(((x & 0x7F00u) << 12) | ((x & 0x8000u) << 16)) * 0x1p120f;
-  return pack_bf16x2(a, b);
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xFFFFu), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return pack_bf16x2(f.x, f.y);
+}
+
+// An E4M3 block scale times 2^14 (kE2M1F16Rescale), as bf16 in both halves, exact: its bits placed
+// in an f32 (sign -> 31, exponent and mantissa -> 26..20) read as 2^-120 times its value, subnormals
+// included (as f32 subnormals), then times 2^120 and 2^14. <= 4 significant bits and at most
+// 448 · 2^14: bf16 holds it.
+__device__ __forceinline__ __nv_bfloat162 e4m3_scale_bf16x2(uint32_t code) {
+  const float f = __uint_as_float(((code & 0x7Fu) << 20) | ((code & 0x80u) << 24)) * 0x1p120f * kE2M1F16Rescale;
+  return __float2bfloat162_rn(f);
 }
 
 // Staging rows of one part in format F -> bf16 swizzled tile (all threads; 8 elements per unit).
@@ -152,19 +202,25 @@ __device__ __forceinline__ void convert_units(uint32_t tile, const unsigned char
       out[0] = e4m3x2_to_bf16x2(a.x), out[1] = e4m3x2_to_bf16x2(a.x >> 16);
       out[2] = e4m3x2_to_bf16x2(a.y), out[3] = e4m3x2_to_bf16x2(a.y >> 16);
     } else {
+      // The codes' f16 patterns (code · 2^-14) to bf16 (exact: >= 2^-15), then one bf16x2 multiply
+      // by the block scale · 2^14 per pair: code · scale has <= 6 significant bits and lies in
+      // [2^-10, 2688], so the product is exact in bf16 (no rounding). Pairs come out as elements
+      // (0, 2) (1, 3) (6, 4) (7, 5) (e2m1x8_element) and are regrouped by byte permutes.
       const uint32_t word = *reinterpret_cast<const uint32_t*>(raw + r * (D / 2) + 4 * c);
-      const float scale = quant::f32_from_e4m3(scales[r * (D / 16) + c / 2]) * kE2M1F16Rescale;
-      uint32_t h[4];
+      const __nv_bfloat162 scale = e4m3_scale_bf16x2(scales[r * (D / 16) + c / 2]);
+      uint32_t h[4], b[4];
       e2m1x8_f16x2(word, h);
-      float e[8];  // the group's elements in order
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[p]));
-        e[e2m1x8_element(p, 0)] = f.x * scale;
-        e[e2m1x8_element(p, 1)] = f.y * scale;
+        const __nv_bfloat162 v = __hmul2(__floats2bfloat162_rn(f.x, f.y), scale);
+        b[p] = *reinterpret_cast<const uint32_t*>(&v);
       }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) out[i] = pack_bf16x2(e[2 * i], e[2 * i + 1]);
+      // b[0] = (e0, e2), b[1] = (e1, e3), b[2] = (e6, e4), b[3] = (e7, e5) -> out[i] = (e2i, e2i+1).
+      out[0] = __byte_perm(b[0], b[1], 0x5410);  // e0, e1
+      out[1] = __byte_perm(b[0], b[1], 0x7632);  // e2, e3
+      out[2] = __byte_perm(b[2], b[3], 0x7632);  // e4, e5
+      out[3] = __byte_perm(b[2], b[3], 0x5410);  // e6, e7
     }
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swizzled_bytes<D>(r, c)), "r"(out[0]),
                  "r"(out[1]), "r"(out[2]), "r"(out[3])
@@ -172,15 +228,24 @@ __device__ __forceinline__ void convert_units(uint32_t tile, const unsigned char
   }
 }
 
-template <int D, typename T>
+// convert_units where F is one of kFormats; nothing otherwise.
+template <int D, typename T, unsigned kFormats, quant::ElemFormat F>
+__device__ __forceinline__ void convert_units_in(uint32_t tile, const unsigned char* raw, const unsigned char* scales) {
+  if constexpr ((kFormats & format_bit(F)) != 0) convert_units<D, T, F>(tile, raw, scales);
+}
+
+// Staging rows of one part in `format` (one of kFormats: the kernel's launcher guarantees it; the
+// conversions of other formats are not compiled in) -> bf16 swizzled tile.
+template <int D, typename T, unsigned kFormats = kConvertAll>
 __device__ __forceinline__ void convert_part(uint32_t tile, const unsigned char* raw, const unsigned char* scales,
                                              quant::ElemFormat format) {
   static_assert((T::kKeys * (D / 8)) % T::kThreads == 0, "every thread converts the same number of units");
+  using quant::ElemFormat;
   switch (format) {
-    case quant::ElemFormat::kF32: convert_units<D, T, quant::ElemFormat::kF32>(tile, raw, scales); break;
-    case quant::ElemFormat::kBF16: convert_units<D, T, quant::ElemFormat::kBF16>(tile, raw, scales); break;
-    case quant::ElemFormat::kFP8: convert_units<D, T, quant::ElemFormat::kFP8>(tile, raw, scales); break;
-    case quant::ElemFormat::kNVFP4: convert_units<D, T, quant::ElemFormat::kNVFP4>(tile, raw, scales); break;
+    case ElemFormat::kF32: convert_units_in<D, T, kFormats, ElemFormat::kF32>(tile, raw, scales); break;
+    case ElemFormat::kBF16: convert_units_in<D, T, kFormats, ElemFormat::kBF16>(tile, raw, scales); break;
+    case ElemFormat::kFP8: convert_units_in<D, T, kFormats, ElemFormat::kFP8>(tile, raw, scales); break;
+    case ElemFormat::kNVFP4: convert_units_in<D, T, kFormats, ElemFormat::kNVFP4>(tile, raw, scales); break;
   }
 }
 

@@ -36,6 +36,9 @@
 #include "backend/step_plan.h"
 #include "cache/page_layout.h"
 #include "common/error.h"
+#include "extend_convert_probe.h"
+#include "quant/e4m3.h"
+#include "quant/nvfp4.h"
 
 namespace nibble::backend {
 namespace {
@@ -277,7 +280,8 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, CudaExtendSweep, ::testing::Values(64, 128, 2
                          [](const auto& info) { return "head_dim_" + std::to_string(info.param); });
 
 // A few small steps, the sweep compute-sanitizer (memcheck, racecheck) runs: every head_dim, a
-// rotated nvfp4 and a k8v4 cache, pages shorter than a key tile.
+// rotated nvfp4, a k8v4 and a bf16 cache (the last copied straight into three bf16 stages where the
+// prefix is staged: 130 tokens take all three), pages shorter than a key tile.
 TEST_F(CudaExtendAttention, SmallStepsForSanitizers) {
   const std::vector<SeqSpec> seqs{{.prefix = 0, .len = 3}, {.prefix = 37, .len = 70}, {.prefix = 9, .len = 1},
                                   {.prefix = 130, .len = 5}};
@@ -285,6 +289,7 @@ TEST_F(CudaExtendAttention, SmallStepsForSanitizers) {
     check({.dtype = KvDtype::kNVFP4, .rotation = Rotation::kHadamard, .head_dim = head_dim, .heads = 8,
            .kv_heads = 2, .page_size = 5, .seqs = seqs});
     check({.dtype = KvDtype::kK8V4, .head_dim = head_dim, .heads = 2, .kv_heads = 2, .page_size = 16, .seqs = seqs});
+    check({.dtype = KvDtype::kBF16, .head_dim = head_dim, .heads = 8, .kv_heads = 2, .page_size = 5, .seqs = seqs});
   }
 }
 
@@ -317,6 +322,67 @@ TEST_F(CudaExtendAttention, LongPrefixesMatchCpu) {
          .kv_heads = 1,
          .seqs = {{.prefix = 4097, .len = 1000}, {.prefix = 0, .len = 700}},
          .v_offset = 0.5f});
+}
+
+// The bf16 bit pattern of a value bf16 holds exactly (its f32 bits' low half is zero).
+uint16_t exact_bf16_bits(float x) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &x, 4);
+  EXPECT_EQ(bits & 0xFFFFu, 0u) << x << " is not a bf16 value";
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// The prefix tiles' conversion alone (extend_convert_probe.h), held against the formats'
+// definitions bit for bit: every E4M3 code, and every nvfp4 code byte under every block scale.
+// The two NaN codes (0x7F, 0xFF), which the write path never stores, are left out.
+TEST(CudaExtendTileConversion, Fp8EveryCodeIsExact) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  using cuda::test::kProbeHeadDim;
+  using cuda::test::kProbeKeys;
+  std::vector<uint8_t> raw(kProbeKeys * kProbeHeadDim);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint8_t>(i % 256);
+  DeviceBuffer draw = DeviceBuffer::from(raw), dout(raw.size() * 2);
+  cuda::test::convert_prefix_tiles(quant::ElemFormat::kFP8, draw.as<uint8_t>(), nullptr, dout.as<uint16_t>(), 1,
+                                   nullptr);
+  const std::vector<uint16_t> got = dout.to_host<uint16_t>();
+  int checked = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if ((raw[i] & 0x7Fu) == 0x7Fu) continue;  // NaN
+    ASSERT_EQ(got[i], exact_bf16_bits(quant::f32_from_e4m3(raw[i]))) << "code " << int(raw[i]);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 254 * 32);
+}
+
+TEST(CudaExtendTileConversion, Nvfp4EveryCodeByteUnderEveryScaleIsExact) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  using cuda::test::kProbeHeadDim;
+  using cuda::test::kProbeKeys;
+  constexpr int kRowBytes = kProbeHeadDim / 2, kBlocksPerRow = kProbeHeadDim / 16;
+  constexpr int kTiles = 16;  // 256 scales x 32 blocks of 8 code bytes: every byte under every scale
+  std::vector<uint8_t> raw(kTiles * kProbeKeys * kRowBytes), scales(kTiles * kProbeKeys * kBlocksPerRow);
+  for (size_t k = 0; k < scales.size(); ++k) {  // block k: scale k / 32, code bytes 8 (k % 32) ..
+    scales[k] = static_cast<uint8_t>(k / 32);
+    for (int j = 0; j < 8; ++j) raw[8 * k + j] = static_cast<uint8_t>(8 * (k % 32) + j);
+  }
+  DeviceBuffer draw = DeviceBuffer::from(raw), dscales = DeviceBuffer::from(scales);
+  DeviceBuffer dout(static_cast<size_t>(kTiles) * kProbeKeys * kProbeHeadDim * 2);
+  cuda::test::convert_prefix_tiles(quant::ElemFormat::kNVFP4, draw.as<uint8_t>(), dscales.as<uint8_t>(),
+                                   dout.as<uint16_t>(), kTiles, nullptr);
+  const std::vector<uint16_t> got = dout.to_host<uint16_t>();
+  int checked = 0;
+  for (size_t k = 0; k < scales.size(); ++k) {
+    if ((scales[k] & 0x7Fu) == 0x7Fu) continue;  // NaN scale
+    float want[16];
+    quant::nvfp4_dequantize_block(&raw[8 * k], scales[k], 1.0f, want);
+    const size_t row = k / kBlocksPerRow, block = k % kBlocksPerRow;
+    for (int i = 0; i < 16; ++i) {
+      ASSERT_EQ(got[row * kProbeHeadDim + 16 * block + i], exact_bf16_bits(want[i]))
+          << "scale " << int(scales[k]) << ", block " << k << ", element " << i;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 254 * 32 * 16);
 }
 
 // Host-side validation: runs without a GPU (nothing is launched before the checks).
