@@ -10,6 +10,7 @@
 #   NIBBLE_DEPS_PREFIX=/path/to/prefix   # extra CMake prefix path (fmt, CLI11, nlohmann_json, GTest)
 #   NIBBLE_BUILD_DIR=build-gpu NIBBLE_BENCH_ARGS=--quick JOBS=16 CTEST_JOBS=8
 #   NIBBLE_PREFILL_ARGS=--tiles NIBBLE_MODEL_BENCH_ARGS="--steps 16"   # the other two benchmarks' options
+#   NIBBLE_EXTEND_ARGS=" "               # the extend section's (default --quick; a space: every shape)
 #   NIBBLE_SKIP_SANITIZER=1 NIBBLE_SKIP_TESTS=1   # timing-only runs
 #   NIBBLE_SKIP_BENCH=1                  # correctness only (e.g. while something else uses the GPU)
 #   TEST_TIMEOUT=600                     # seconds per test binary (prebuilt runs)
@@ -41,6 +42,7 @@ if [[ -n "${NIBBLE_PREBUILT:-}" ]]; then
   BIN_PREFILL_BENCH="$PRE/bin/bench_prefill_attention"
   BIN_DECODE_TEST="$PRE/bin/test_cuda_decode_attention"
   BIN_WRITE_TEST="$PRE/bin/test_cuda_kv_write"
+  BIN_EXTEND_TEST="$PRE/bin/test_cuda_extend_attention"
 else
   cmake_args=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON)
   [[ -n "${NIBBLE_DEPS_PREFIX:-}" ]] && cmake_args+=("-DCMAKE_PREFIX_PATH=${NIBBLE_DEPS_PREFIX}")
@@ -58,7 +60,7 @@ else
     log "configure FAILED (see configure.log)"; tail -30 "$OUT/configure.log"; exit 1
   fi
   targets=(test_cuda_kv_write test_cuda_decode_attention test_cuda_decode_plan test_cuda_ops test_cuda_chunk_attention test_cuda_model bench_decode_attention
-           test_cuda_graph test_cuda_sampling test_cuda_engine bench_model_decode)
+           test_cuda_graph test_cuda_sampling test_cuda_engine bench_model_decode test_cuda_extend_attention)
   # Benchmarks other engineers add: built and run when their folder exists.
   [[ -f "$ROOT/bench/prefill_attention/CMakeLists.txt" ]] && targets+=(bench_prefill_attention)
   if ! cmake --build "$BUILD" --target "${targets[@]}" -j "$JOBS" > "$OUT/build.log" 2>&1; then
@@ -77,6 +79,7 @@ else
   BIN_PREFILL_BENCH="$BUILD/bench/prefill_attention/bench_prefill_attention"
   BIN_DECODE_TEST="$BUILD/tests/backend/cuda_attention/test_cuda_decode_attention"
   BIN_WRITE_TEST="$BUILD/tests/backend/cuda_kv_write/test_cuda_kv_write"
+  BIN_EXTEND_TEST="$BUILD/tests/backend/cuda_prefill/test_cuda_extend_attention"
 fi
 
 if [[ -n "${NIBBLE_SKIP_TESTS:-}" ]]; then
@@ -124,6 +127,7 @@ SAN=/usr/local/cuda/bin/compute-sanitizer
 command -v compute-sanitizer > /dev/null && SAN=compute-sanitizer
 small_decode='Formats/CudaDecodeSweep.*/nvfp4_d128_gqa4:Formats/CudaDecodeSweep.*/nvfp4_d64_gqa4:Formats/CudaDecodeSweep.*/f32_d128_gqa4:Formats/CudaDecodeSweep.*/bf16_d128_gqa8:Formats/CudaDecodeSweep.*/k8v4_d64_gqa8:Formats/CudaDecodeFormat.RotatedCacheRotatesQAndOutputInside/bf16:Formats/CudaDecodeFormat.PrefixReadyLastTokenCopiedAfterTheWait/nvfp4:Formats/CudaDecodeFormat.PrefixReadyLastTokenCopiedAfterTheWait/bf16:CudaDecodeNvfp4Steps.LongItemBuildsMatchTheOracle:CudaDecodeNvfp4Steps.SpanningUnitsMatchTheOracle:CudaDecodeNvfp4Steps.MixedContextsMatchTheOracle:CudaDecodeNvfp4Steps.ShortItemBuildMatchesTheOracle'
 small_write='Sweep/CudaKvWrite.*/nvfp4_d128_rot_p16_inf32:Sweep/CudaKvWrite.*/k8v4_d256_norot_p64_inbf16:FourOverSix/CudaKvWrite.*/nvfp4_d128_rot_p16_inf32_4over6'
+small_extend='CudaExtendAttention.SmallStepsForSanitizers:CudaExtendTileConversion.*'
 for tool in memcheck racecheck; do
   [[ -n "${NIBBLE_SKIP_SANITIZER:-}" ]] && break
   ok=1
@@ -131,6 +135,10 @@ for tool in memcheck racecheck; do
     --gtest_filter="$small_decode" > "$OUT/sanitizer_${tool}_decode.log" 2>&1 || ok=0
   "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_WRITE_TEST" \
     --gtest_filter="$small_write" > "$OUT/sanitizer_${tool}_write.log" 2>&1 || ok=0
+  if [[ -x "$BIN_EXTEND_TEST" ]]; then
+    "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_EXTEND_TEST" \
+      --gtest_filter="$small_extend" > "$OUT/sanitizer_${tool}_extend.log" 2>&1 || ok=0
+  fi
   if [[ $ok == 1 ]]; then log "compute-sanitizer $tool: clean"; else status=1; log "compute-sanitizer $tool: ERRORS (see sanitizer_${tool}_*.log)"; fi
 done
 
@@ -138,6 +146,10 @@ if [[ -z "${NIBBLE_SKIP_BENCH:-}" && -x "$BIN_PREFILL_BENCH" ]]; then
   "$BIN_PREFILL_BENCH" ${NIBBLE_PREFILL_ARGS:-} > "$OUT/bench_prefill_attention.txt" 2>&1 \
     || { status=1; log "bench_prefill_attention FAILED"; }
   log "bench: $OUT/bench_prefill_attention.txt"
+  # Extend attention (a chunk over a cached prefix, every prefix format), the same program.
+  "$BIN_PREFILL_BENCH" --extend ${NIBBLE_EXTEND_ARGS:---quick} > "$OUT/bench_extend_attention.txt" 2>&1 \
+    || { status=1; log "bench_prefill_attention --extend FAILED"; }
+  log "bench: $OUT/bench_extend_attention.txt"
 fi
 # Batch-1 decode of a Llama-3-8B-shaped model (random bf16 weights, ~16 GB on the GPU), graphs on/off.
 if [[ -z "${NIBBLE_SKIP_BENCH:-}" ]]; then
