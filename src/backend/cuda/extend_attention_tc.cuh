@@ -180,8 +180,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if constexpr (kPrefix == ExtendPrefix::kBf16Direct) {
       // The rows are copied straight into three bf16 stages (the third in the raw region, unused
       // here), as the prefill kernel copies its tiles: no conversion pass. H200, 2026-12-03,
-      // bench_prefill_attention --extend --quick, TFLOP/s, through the raw staging -> direct:
-      // d128 8K + 2K 269.3 -> 304.3, 32K + 8K 281.5 -> 317.8; d64 200.3 -> 235.3, 205.6 -> 243.6.
+      // bench_prefill_attention --extend, TFLOP/s, through the raw staging -> this path (with the
+      // page read-ahead): 32K + 8K d128 281.6 -> 318.0, d64 205.7 -> 266.8 (PERFORMANCE.md,
+      // thirty-third round; as a branch of the staged kernel it had cost the other formats 0-2.5%).
       static_assert(S::kScales - S::kRaw >= 2 * S::kTileBytes, "a third bf16 stage fits the raw region");
       const auto stage = [](int i) { return i % 3 == 2 ? S::kRaw : S::tile(i % 3); };
       const auto issue_direct = [&](int i) {
