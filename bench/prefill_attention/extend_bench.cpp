@@ -2,8 +2,9 @@
 // tokens (one sequence, page size 16 as the engine uses it), head_dim 128 and 64 (--quick) or 64, 128
 // and 256, 32 query / 8 KV heads.
 // FLOPs: 4 · head_dim · q_heads · (C · P + C² / 2) (QK^T and PV over the prefix, causal over the
-// chunk). Timed: the kernel alone (the prefix already in the pool, q/k/v f32 as the model passes
-// them). The floor is compute: at the cuBLAS GEMM rate measured in the same run (the prefix bytes,
+// chunk). Timed: one extend_attention call as an extend-only engine step makes it (the prefix
+// already in the pool, q/k/v f32 as the model passes them): the own K/V's bf16 conversion and the
+// kernel. The floor is compute: at the cuBLAS GEMM rate measured in the same run (the prefix bytes,
 // read once per 64-token query tile of a KV head, are < 10% of the time at 4.5 TB/s for bf16).
 #include "extend_bench.h"
 
@@ -34,7 +35,7 @@ constexpr int64_t kPageSize = 16;
 struct ExtendStep {
   int64_t prefix, chunk, head_dim;
   cache::PageLayout layout;
-  DeviceMem q, k, v, out, seq_info, pool, page_table, work;
+  DeviceMem q, k, v, out, seq_info, pool, page_table, work, kv_bf16;
   int64_t num_work = 0;
   ExtendStep(int64_t prefix_, int64_t chunk_, int64_t head_dim_, quant::KvDtype dtype)
       : prefix(prefix_),
@@ -48,7 +49,8 @@ struct ExtendStep {
         seq_info(cuda::kSeqInfoFields * 4),
         pool(pages() * layout.page_bytes()),
         page_table(pages() * 4),
-        work((chunk / cuda::kChunkQueryTile + 1) * 2 * 4) {
+        work((chunk / cuda::kChunkQueryTile + 1) * 2 * 4),
+        kv_bf16(cuda::prefill_workspace_bytes(chunk, kKvHeads, head_dim)) {
     // Constant finite patterns in every format (bf16 0x2222, E4M3 0x22, E2M1 code 2 with scale 0x22).
     NIBBLE_CUDA_CHECK(cudaMemset(q.p, 0x3C, chunk * kQHeads * head_dim * 4));
     NIBBLE_CUDA_CHECK(cudaMemset(k.p, 0x3B, chunk * kKvHeads * head_dim * 4));
@@ -74,7 +76,7 @@ struct ExtendStep {
             .pool = pool.as<uint8_t>(), .page_tables = page_table.as<int32_t>(), .max_pages_per_seq = pages(),
             .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
             .num_q_heads = kQHeads, .num_kv_heads = kKvHeads, .head_dim = head_dim,
-            .softmax_scale = 1.0f / std::sqrt(static_cast<float>(head_dim))};
+            .softmax_scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), .kv_workspace = kv_bf16.p};
   }
   cuda::ChunkAttentionParams chunk_params() const {
     return {.q = q.as<float>(), .k = k.as<float>(), .v = v.as<float>(), .out = out.as<float>(),

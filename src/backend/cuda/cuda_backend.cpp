@@ -192,8 +192,10 @@ std::unique_ptr<PlannedStep> CudaBackend::plan(const StepPlan& plan) {
   // Size the matmul scratch for this step now, so no layer allocates (f32 weights need none).
   if (weights_ == WeightPrecision::kBF16) reserve_bf16_scratch(plan.total_tokens * max_in_features_);
   auto step = std::make_unique<CudaPlannedStep>(plan, geometry_ ? &*geometry_ : nullptr, num_sms_);
-  // The tensor-core prefill's bf16 K/V workspace, sized here so that attention() allocates nothing.
-  if (step->num_prefill() > 0 && geometry_.has_value() && tensor_core_prefill(geometry_->shape.head_dim)) {
+  // The tensor-core prefill's and extend's bf16 K/V workspace, sized here so that attention()
+  // allocates nothing.
+  if (step->num_prefill() + step->num_extend() > 0 && geometry_.has_value() &&
+      tensor_core_prefill(geometry_->shape.head_dim)) {
     prefill_workspace_.reserve(
         cuda::prefill_workspace_bytes(plan.total_tokens, geometry_->shape.num_kv_heads, geometry_->shape.head_dim),
         stream_);
@@ -596,7 +598,8 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
   // Prefill sequences on the tensor cores (bf16 weights, head_dim 64/128/256); then the chunk kernel
   // takes the extend sequences, leaving the prefill rows alone (skip_prefill).
   const bool tc_prefill = s.num_prefill() > 0 && tensor_core_prefill(d);
-  if (tc_prefill) {
+  const bool tc_extend = s.num_extend() > 0 && tensor_core_prefill(d);
+  if (tc_prefill || tc_extend) {  // both kernels read the step's K/V from its bf16 copy
     const int64_t workspace_bytes = cuda::prefill_workspace_bytes(plan.total_tokens, shape.num_kv_heads, d);
     if (prefill_workspace_.bytes() < workspace_bytes) {  // no geometry declared before plan() (op tests)
       NIBBLE_CHECK(recorder_.mode() == GraphMode::kEager,
@@ -604,6 +607,8 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                    "CUDA-graph capture");
       prefill_workspace_.reserve(workspace_bytes, stream_);
     }
+  }
+  if (tc_prefill) {
     const cuda::PrefillAttentionParams prefill{.q = q.data,
                                                .k = k.data,
                                                .v = v.data,
@@ -624,7 +629,6 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
   }
   // Extend sequences on the tensor cores too (extend_attention: the quantized prefix tile by tile
   // from the pages, then the chunk's own K/V causally).
-  const bool tc_extend = s.num_extend() > 0 && tensor_core_prefill(d);
   if (tc_extend) {
     int64_t max_extend = 0;
     for (const SequencePlan& sp : plan.seqs) {
@@ -650,8 +654,13 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                                              .num_q_heads = shape.num_heads,
                                              .num_kv_heads = shape.num_kv_heads,
                                              .head_dim = d,
-                                             .softmax_scale = shape.scale};
-    recorder_.op({17, sig_i(max_extend), sig(s.page_tables()), sig_i(plan.max_pages_per_seq)}, [] {});
+                                             .softmax_scale = shape.scale,
+                                             // The prefill call above converted this step's K/V.
+                                             .kv_workspace = prefill_workspace_.data(),
+                                             .kv_workspace_filled = tc_prefill};
+    recorder_.op({17, sig_i(max_extend), sig(s.page_tables()), sig_i(plan.max_pages_per_seq),
+                  sig(prefill_workspace_.data()), sig_i(tc_prefill ? 1 : 0)},
+                 [] {});
     recorder_.op(attention_sig, [this, extend] { cuda::extend_attention(extend, stream_); });
   }
   // Extend sequences (and prefill sequences when the tensor-core kernel did not take them).

@@ -170,7 +170,8 @@ class CudaBackend final : public Backend {
   GraphRecorder recorder_;
   GraphStats graph_stats_;
   cuda::SamplingWorkspace sampling_;
-  // bf16 K/V copies for prefill_attention (prefill_workspace_bytes of the step), grown in plan()
+  // bf16 K/V copies for prefill_attention and extend_attention (prefill_workspace_bytes of the
+  // step; the extend call reuses what the prefill call wrote), grown in plan()
   // for the declared geometry, or at the first attention() of an eager step that declared none.
   StreamBuffer prefill_workspace_;
 };

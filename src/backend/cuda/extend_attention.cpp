@@ -51,14 +51,15 @@ void extend_attention(const ExtendAttentionParams& p, cudaStream_t stream) {
                "extend attention: max_new_tokens {} must be in [0, total_tokens {}]", p.max_new_tokens,
                p.total_tokens);
   NIBBLE_CHECK(p.softmax_scale > 0.0f, "extend attention: softmax_scale must be > 0, got {}", p.softmax_scale);
-  NIBBLE_CHECK(p.q && p.k && p.v && p.out && p.seq_info && p.pool && p.page_tables,
+  NIBBLE_CHECK(p.q && p.k && p.v && p.out && p.seq_info && p.pool && p.page_tables && p.kv_workspace,
                "extend attention: a device pointer is null (q {}, k {}, v {}, out {}, seq_info {}, pool {}, "
-               "page_tables {})",
+               "page_tables {}, kv_workspace {})",
                p.q != nullptr, p.k != nullptr, p.v != nullptr, p.out != nullptr, p.seq_info != nullptr,
-               p.pool != nullptr, p.page_tables != nullptr);
+               p.pool != nullptr, p.page_tables != nullptr, p.kv_workspace != nullptr);
   const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
-  NIBBLE_CHECK(!misaligned(p.q) && !misaligned(p.k) && !misaligned(p.v) && !misaligned(p.out) && !misaligned(p.pool),
-               "extend attention: q, k, v, out and pool must be 16-byte aligned");
+  NIBBLE_CHECK(!misaligned(p.q) && !misaligned(p.k) && !misaligned(p.v) && !misaligned(p.out) &&
+                   !misaligned(p.pool) && !misaligned(p.kv_workspace),
+               "extend attention: q, k, v, out, pool and kv_workspace must be 16-byte aligned");
   NIBBLE_CHECK(p.max_pages_per_seq > 0 && p.page_bytes > 0 && p.page_bytes % 16 == 0,
                "extend attention: max_pages_per_seq {} must be > 0 and page_bytes {} a positive multiple of 16",
                p.max_pages_per_seq, p.page_bytes);

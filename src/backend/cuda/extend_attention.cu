@@ -2,6 +2,7 @@
 // runtime -> template dispatch; the GQA group picks heads_per_block at run time.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/extend_attention_tc.cuh"
+#include "backend/cuda/prefill_attention.h"  // detail::convert_kv_to_bf16
 
 #include <numeric>
 
@@ -42,7 +43,8 @@ void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   const int64_t max_new = p.max_new_tokens > 0 ? p.max_new_tokens : p.total_tokens;
   const dim3 grid(static_cast<unsigned>(p.num_q_heads / heads_per_block), static_cast<unsigned>(p.num_seqs),
                   static_cast<unsigned>((max_new + rows_q - 1) / rows_q));
-  kernel<<<grid, T::kThreads, S::kBytes, stream>>>(p, heads_per_block);
+  kernel<<<grid, T::kThreads, S::kBytes, stream>>>(p, static_cast<const __nv_bfloat16*>(p.kv_workspace),
+                                                    heads_per_block);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
@@ -77,6 +79,10 @@ void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
 }  // namespace
 
 void launch_extend_attention(const ExtendAttentionParams& p, cudaStream_t stream) {
+  // The own tiles' bf16 copy of k and v (extend_attention_tc.cuh).
+  if (!p.kv_workspace_filled) {
+    convert_kv_to_bf16(p.k, p.v, p.kv_workspace, p.total_tokens * p.num_kv_heads * p.head_dim, stream);
+  }
   switch (p.head_dim) {
     case 64: launch<64>(p, stream); break;
     case 128: launch<128>(p, stream); break;

@@ -13,7 +13,9 @@
 // tokens of one head. The prefix streams from the pages tile by tile (kKeys tokens): raw bytes by
 // cp.async into a staging buffer (the next tile's copy overlaps this tile's MMAs), dequantized in
 // shared memory to a bf16 tile, which every query head of the group multiplies. The prefix is never
-// materialized beyond one tile. Then the own K/V (f32 rows) go through the same staging, causally.
+// materialized beyond one tile. Then the chunk's own K/V, causally: rounded to bf16 once per call
+// into kv_workspace (the prefill kernel's workspace and layout; skipped where it already holds
+// them) and copied from there straight into bf16 tiles.
 //
 // Precision. Dequantization to bf16 is exact for bf16, fp8 and nvfp4 (E4M3 values, and E2M1 × E4M3
 // block-scale products, have <= 6 significant bits) because the per-layer global scale g is kept
@@ -29,6 +31,7 @@
 // Layouts (device memory):
 //   q, out      [total_tokens][num_q_heads * head_dim]   f32, 16-byte aligned
 //   k, v        [total_tokens][num_kv_heads * head_dim]  f32, 16-byte aligned (the chunk's own rows)
+//   kv_workspace [2][total_tokens][num_kv_heads * head_dim] bf16, 16-byte aligned (k, v rounded)
 //   seq_info    [num_seqs][4] int32 (prefill_attention.h)
 //   pool        [num_pages][page_bytes]                   cache/page_layout.h
 //   page_tables [num_seqs][max_pages_per_seq]            int32
@@ -65,12 +68,19 @@ struct ExtendAttentionParams {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   float softmax_scale = 0.0f;
+  // The chunk's own K/V rounded to bf16, [2][total_tokens][num_kv_heads * head_dim] (K then V;
+  // prefill_workspace_bytes(), 16-byte aligned), the own tiles' source: written by this call from k
+  // and v, unless kv_workspace_filled says it already holds this step's (prefill_attention converted
+  // the same k, v earlier in the step; then k and v are not read).
+  void* kv_workspace = nullptr;
+  bool kv_workspace_filled = false;
   bool include_prefill = false;  // also take sequences with cached_len 0 (tests; the backend uses prefill_attention)
 };
 
 bool extend_attention_supports_head_dim(int64_t head_dim);  // 64, 128, 256
 
-// Validates (nibble::Error naming expected vs actual) and launches. No allocation, no host sync.
+// Validates (nibble::Error naming expected vs actual) and launches the bf16 conversion of k/v
+// (unless kv_workspace_filled) and the kernel. No allocation, no host sync.
 void extend_attention(const ExtendAttentionParams& params, cudaStream_t stream);
 
 }  // namespace nibble::cuda

@@ -6,21 +6,20 @@
 // consecutive new tokens of its head (the prefill kernel's warp layout per head, so its causal mask,
 // softmax and MMA pieces apply unchanged). Every key tile is shared by all the block's heads.
 //
-// Key loop over tiles 0 .. n_prefix + n_own - 1 (prefix tiles first, then own tiles up to the
-// block's last query), one raw staging buffer and one bf16 tile:
-//   wait raw(i); barrier; dequantize raw(i) -> bf16 tile; barrier; cp.async raw(i + 1);
-//   S = Q K^T (mask: prefix end / causal), lazy online softmax, O += P V.
-// The copy of tile i + 1 overlaps tile i's MMAs; the dequantization is a short shared-memory pass.
-// kPrefix (ExtendPrefix) picks how the prefix tiles run, head_dim <= 128 (else kSingleStage, or
-// kSingleStageBf16 for a bf16 cache: the loop above without the fp8 / nvfp4 conversions):
-//   kStaged (prefix in fp8 / nvfp4 / k8v4): first, through two raw and two bf16 stages,
+// Two phases. The prefix tiles 0 .. n_prefix - 1 first; kPrefix (ExtendPrefix) picks how they run:
+//   kStaged (fp8 / nvfp4 / k8v4 at head_dim <= 128): two raw and two bf16 stages,
 //     wait raw(i + 1); barrier; cp.async raw(i + 2); dequantize raw(i + 1); S, softmax, O of tile i,
 //   one barrier per tile, each warp's dequantization beside the other warps' MMAs;
-//   kBf16Direct (prefix in bf16): straight into three bf16 stages (the third in the raw region), as
-//   the prefill kernel loads its tiles, no conversion pass;
-// each thread's page-table entry read a tile ahead of its copy. Then the loop above takes the own
-// tiles (their f32 rows staged in the same raw bytes).
-// At the first own tile each warp finishes the prefix phase in registers: O *= g_v, O = H O (rotated
+//   kBf16Direct (bf16 at head_dim <= 128): straight into three bf16 stages (the third in the raw
+//     region), as the prefill kernel loads its tiles, no conversion pass;
+//   kSingleStage / kSingleStageBf16 (the f32 cache; head_dim 256): one raw staging buffer and one
+//     bf16 tile, wait raw(i); barrier; dequantize raw(i) -> bf16 tile; barrier; cp.async raw(i + 1);
+//     S, softmax, O (kSingleStageBf16: built without the fp8 / nvfp4 conversions);
+// each thread's page-table entry read a tile ahead of its copy in the staged modes.
+// Then the chunk's own tiles up to the block's last query, causally: their rows come from the
+// launch's bf16 copy of the chunk's K/V (kv_workspace) straight into three bf16 stages (tile 0 and
+// two in the raw region, free in every mode by then), one barrier per tile, no conversion.
+// Between the phases each warp finishes the prefix phase in registers: O *= g_v, O = H O (rotated
 // cache), q reloaded unrotated, and the softmax scale loses g_k.
 //
 // Grid: (num_q_heads / heads_per_block, num_seqs, query tiles), tiles in reverse order (the longest
@@ -40,7 +39,7 @@ namespace nibble::cuda::detail {
 
 template <int D, typename T, ExtendPrefix kPrefix>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
-    extend_attention_kernel(ExtendAttentionParams p, int heads_per_block) {
+    extend_attention_kernel(ExtendAttentionParams p, const __nv_bfloat16* __restrict__ own_kv, int heads_per_block) {
   using S = ExtendSmem<D, T, extend_prefix_stages(kPrefix)>;
   constexpr int kKeys = T::kKeys;
   constexpr int kM = T::kM;
@@ -127,26 +126,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
   const int key_end = num_new < q0 + rows_q ? num_new : q0 + rows_q;  // the block's causal bound
   const int n_prefix = (cached_len + kKeys - 1) / kKeys;
-  const int n_tiles = n_prefix + (key_end + kKeys - 1) / kKeys;
+  const int n_own = (key_end + kKeys - 1) / kKeys;  // >= 1: key_end > q0 >= 0
   const int32_t* page_table = p.page_tables + seq * p.max_pages_per_seq;
   const int page_size = static_cast<int>(p.k_layout.page_size);
-  const float* own_k = p.k + row0 * kv_cols + kv_head * D;
-  const float* own_v = p.v + row0 * kv_cols + kv_head * D;
-  const uint32_t tile_k = smem, tile_v = smem + S::kTileBytes;
-  const uint32_t raw_k = smem + S::kRaw, raw_v = raw_k + S::kRawPartBytes;
-  const uint32_t scales_k = smem + S::kScales, scales_v = scales_k + S::kScalePartBytes;
-  const auto issue = [&](int i) {
-    if (i < n_prefix) {
-      copy_prefix_tile<D, T>(raw_k, raw_v, scales_k, scales_v, p.k_layout, p.v_layout, p.pool, p.page_bytes,
-                             prefix_row_page<T>(page_table, page_size, i * kKeys, cached_len), page_size, kv_head,
-                             i * kKeys, cached_len);
-    } else {
-      const int key0 = (i - n_prefix) * kKeys;
-      copy_own_part<D, T>(raw_k, own_k, kv_cols, key0, key_end);
-      copy_own_part<D, T>(raw_v, own_v, kv_cols, key0, key_end);
-    }
-    cp_async_commit();
-  };
 
   const uint32_t k_lane = ldmatrix_lane_base<D>((lane / 16) * 8 + lane % 8, (lane / 8) % 2, lane);
   const uint32_t v_lane = ldmatrix_lane_base<D>(((lane / 8) % 2) * 8 + lane % 8, lane / 16, lane);
@@ -166,8 +148,24 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     pack_p<T>(pa, s);
     pv_tile<D, T>(o, pa, tile + S::kTileBytes, v_lane);
   };
+  // Tiles 0 .. n - 1 through three stages, one barrier per tile: issue(i) copies tile i into its
+  // stage; at tile i, its wait, the barrier (tile i visible, every warp done with tile i - 1, whose
+  // stage tile i + 2 takes), tile i + 2's copy, then body(i).
+  const auto three_stages = [&](int n, auto&& issue, auto&& body) {
+    if (n > 0) issue(0);
+    if (n > 1) issue(1);
+    for (int i = 0; i < n; ++i) {
+      if (i + 1 < n) {
+        cp_async_wait<1>();  // tile i; tile i + 1 may be in flight
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      if (i + 2 < n) issue(i + 2);
+      body(i);
+    }
+  };
 
-  int i0 = 0;  // the first tile of the single-stage loop
   if constexpr (extend_prefix_staged(kPrefix)) {
     // The page of this thread's row in the next prefix tile to copy, read a tile ahead (each copy
     // reads the one after it): the page-table load is off the copy's path.
@@ -191,19 +189,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
                                      take_page(i), page_size, kv_head, i * kKeys, cached_len);
         cp_async_commit();
       };
-      if (n_prefix > 0) issue_direct(0);
-      if (n_prefix > 1) issue_direct(1);
-      for (int i = 0; i < n_prefix; ++i) {
-        if (i + 1 < n_prefix) {
-          cp_async_wait<1>();  // tile i; tile i + 1 may be in flight
-        } else {
-          cp_async_wait<0>();
-        }
-        // Tile i visible; every warp is done with tile i - 1, whose stage tile i + 2 takes.
-        __syncthreads();
-        if (i + 2 < n_prefix) issue_direct(i + 2);
+      three_stages(n_prefix, issue_direct, [&](int i) {
         if (warp_active) attend(smem + stage(i), true, i * kKeys);
-      }
+      });
     } else {
       const auto issue_prefix = [&](int i) {  // raw(i) into raw stage i % 2
         const uint32_t raw = smem + S::prefix_raw(i % 2), scales = smem + S::scales(i % 2);
@@ -251,52 +239,83 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         if (kStagger && !convert_first && i + 1 < n_prefix) convert_prefix(i + 1);
       }
     }
-    i0 = n_prefix;
-    __syncthreads();  // every warp is done with the stages: the raw bytes stage the own rows next
-  }
-
-  // The formats this loop converts: the own f32 rows, and the prefix's where it runs here.
-  // kSingleStageBf16 (head_dim 256, bf16 cache): without the fp8 and nvfp4 conversions, which cost
-  // the bf16 kernel registers (H200, 2026-12-03, bench_prefill_attention --extend, d256 bf16
-  // TFLOP/s at 32K + 8K: the old generic kernel 145.2, the generic kernel with the faster fp8 and
-  // nvfp4 conversions 138.6, this build 159.8 against the old kernel's 144.0 in its call).
-  constexpr unsigned kLoopFormats = kPrefix == ExtendPrefix::kSingleStageBf16 ? kConvertF32Bf16 : kConvertAll;
-  if (i0 < n_tiles) issue(i0);
-  for (int i = i0; i < n_tiles; ++i) {
-    const bool prefix = i < n_prefix;
-    cp_async_wait<0>();
-    __syncthreads();  // raw(i) visible to all; every warp is done with the previous bf16 tile
-    convert_part<D, T, kLoopFormats>(tile_k, smem_raw + S::kRaw, smem_raw + S::kScales,
-                                     prefix ? p.k_layout.format : quant::ElemFormat::kF32);
-    convert_part<D, T, kLoopFormats>(tile_v, smem_raw + S::kRaw + S::kRawPartBytes,
-                                     smem_raw + S::kScales + S::kScalePartBytes,
-                                     prefix ? p.v_layout.format : quant::ElemFormat::kF32);
-    __syncthreads();  // the bf16 tile is visible; the staging buffer is free
-    if (i + 1 < n_tiles) issue(i + 1);
-
-    if (i == n_prefix) phase_scale = scale_log2;  // the own keys carry no global scale
-    if (i == n_prefix && has_prefix) {  // end of the prefix phase (warp-uniform)
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float x[D / 8][2];
-#pragma unroll
-          for (int n = 0; n < D / 8; ++n) {
-            x[n][0] = o[mi][n][2 * r] * (v_scaled ? p.v_global_scale : 1.0f);
-            x[n][1] = o[mi][n][2 * r + 1] * (v_scaled ? p.v_global_scale : 1.0f);
-          }
-          if (rotated) hadamard_fragment_row<D>(x, t);
-#pragma unroll
-          for (int n = 0; n < D / 8; ++n) o[mi][n][2 * r] = x[n][0], o[mi][n][2 * r + 1] = x[n][1];
-        }
-      }
-      if (rotated) load_q(false);
+  } else {
+    // The single-stage loop (extend_attention_tc.cuh's header): the f32 cache, and head_dim 256.
+    // kSingleStageBf16 (head_dim 256, bf16 cache): without the fp8 and nvfp4 conversions, which
+    // cost the bf16 kernel registers (H200, 2026-12-03, bench_prefill_attention --extend, d256 bf16
+    // TFLOP/s at 32K + 8K: the old generic kernel 145.2, the generic kernel with the faster fp8 and
+    // nvfp4 conversions 138.6, this build 159.8 against the old kernel's 144.0 in its call).
+    constexpr unsigned kFormats =
+        kPrefix == ExtendPrefix::kSingleStageBf16 ? format_bit(quant::ElemFormat::kBF16) : kConvertAll;
+    const uint32_t tile_k = smem, tile_v = smem + S::kTileBytes;
+    const uint32_t raw_k = smem + S::kRaw, raw_v = raw_k + S::kRawPartBytes;
+    const uint32_t scales_k = smem + S::kScales, scales_v = scales_k + S::kScalePartBytes;
+    const auto issue = [&](int i) {
+      copy_prefix_tile<D, T>(raw_k, raw_v, scales_k, scales_v, p.k_layout, p.v_layout, p.pool, p.page_bytes,
+                             prefix_row_page<T>(page_table, page_size, i * kKeys, cached_len), page_size, kv_head,
+                             i * kKeys, cached_len);
+      cp_async_commit();
+    };
+    if (n_prefix > 0) issue(0);
+    for (int i = 0; i < n_prefix; ++i) {
+      cp_async_wait<0>();
+      __syncthreads();  // raw(i) visible to all; every warp is done with the previous bf16 tile
+      convert_part<D, T, kFormats>(tile_k, smem_raw + S::kRaw, smem_raw + S::kScales, p.k_layout.format);
+      convert_part<D, T, kFormats>(tile_v, smem_raw + S::kRaw + S::kRawPartBytes,
+                                   smem_raw + S::kScales + S::kScalePartBytes, p.v_layout.format);
+      __syncthreads();  // the bf16 tile is visible; the staging buffer is free
+      if (i + 1 < n_prefix) issue(i + 1);
+      if (warp_active) attend(tile_k, true, i * kKeys);
     }
-
-    const int key0 = prefix ? i * kKeys : (i - n_prefix) * kKeys;
-    if (warp_active && (prefix || key0 <= warp_last_row)) attend(tile_k, prefix, key0);
   }
+  __syncthreads();  // every warp is done with the prefix's stages: the own tiles take them next
+
+  // ---- the own tiles: the chunk's keys [0, key_end) of this KV head from the bf16 copy ----------------
+  // Three stages: tile 0 and two in the raw region (at least 4 tiles' bytes in every mode: the raw
+  // region is sized for f32 rows). H200, 2026-12-03, bench_prefill_attention --extend: see
+  // docs/PERFORMANCE.md, thirty-fourth round (the f32 rows through the one staging buffer before).
+  static_assert(S::kScales - S::kRaw >= 4 * S::kTileBytes, "two own stages fit the raw region");
+  const auto own_stage = [](int j) {
+    const int s = j % 3;
+    return s == 0 ? S::tile(0) : S::kRaw + (s - 1) * 2 * S::kTileBytes;
+  };
+  const int chunk = static_cast<int>(threadIdx.x) % T::kChunks;  // load_kv_tile's 16-byte chunk of a row
+  const int64_t own_n = p.total_tokens * kv_cols;                 // V's offset in the copy
+  const __nv_bfloat16* own_k = own_kv + row0 * kv_cols + kv_head * D + 8 * chunk;
+  const __nv_bfloat16* own_v = own_k + own_n;
+  const auto issue_own = [&](int j) {
+    const uint32_t tile = smem + own_stage(j);
+    load_kv_tile<D, T>(tile, own_k, kv_cols, j * kKeys, key_end);
+    load_kv_tile<D, T>(tile + S::kTileBytes, own_v, kv_cols, j * kKeys, key_end);
+    cp_async_commit();
+  };
+
+  // End of the prefix phase, in registers. Before the first own copies: issued first, their
+  // addresses stayed live across the rotation and ptxas spilled 300 bytes at head_dim 128 (68 so).
+  phase_scale = scale_log2;  // the own keys carry no global scale
+  if (has_prefix) {          // block-uniform
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float x[D / 8][2];
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          x[n][0] = o[mi][n][2 * r] * (v_scaled ? p.v_global_scale : 1.0f);
+          x[n][1] = o[mi][n][2 * r + 1] * (v_scaled ? p.v_global_scale : 1.0f);
+        }
+        if (rotated) hadamard_fragment_row<D>(x, t);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) o[mi][n][2 * r] = x[n][0], o[mi][n][2 * r + 1] = x[n][1];
+      }
+    }
+    if (rotated) load_q(false);
+  }
+
+  three_stages(n_own, issue_own, [&](int j) {
+    const int key0 = j * kKeys;
+    if (warp_active && key0 <= warp_last_row) attend(smem + own_stage(j), false, key0);
+  });
 
   // Normalize and store rows g, g + 8 of each row block.
   if (!warp_active) return;

@@ -1,9 +1,9 @@
 #pragma once
-// Key tiles of the tensor-core extend kernel (extend_attention_tc.cuh): raw bytes into a staging
-// buffer by cp.async (prefix rows from the paged pool in any format, or the chunk's own f32 K/V
-// rows), then dequantized in shared memory into the swizzled bf16 tile layout the prefill tile
-// pieces read (prefill_tile.cuh), plus the register-level Hadamard transform of one row held in
-// mma fragments.
+// Prefix tiles of the tensor-core extend kernel (extend_attention_tc.cuh): raw bytes from the paged
+// pool into a staging buffer by cp.async, then dequantized in shared memory into the swizzled bf16
+// tile layout the prefill tile pieces read (prefill_tile.cuh), plus the register-level Hadamard
+// transform of one row held in mma fragments. (The chunk's own rows come from a bf16 copy through
+// prefill_tile.cuh's load_kv_tile.)
 //
 // Staging (shared memory), per part (K, then V): data [kKeys][row_bytes] with row_bytes the
 // source's bytes per head vector (f32 4·D, bf16 2·D, fp8 D, nvfp4 D/2), then nvfp4 scales
@@ -31,9 +31,9 @@
 
 namespace nibble::cuda::detail {
 
-// How the extend kernel runs a sequence's prefix tiles (extend_attention_tc.cuh): in the one loop
-// with the own tiles, through one raw staging buffer and one bf16 tile (the f32 cache; head_dim
-// 256: kSingleStageBf16 for a bf16 cache, whose kernel holds no fp8 / nvfp4 conversion); through
+// How the extend kernel runs a sequence's prefix tiles (extend_attention_tc.cuh): through one raw
+// staging buffer and one bf16 tile (the f32 cache; head_dim 256: kSingleStageBf16 for a bf16
+// cache, whose kernel holds no fp8 / nvfp4 conversion); through
 // two raw and two bf16 stages (fp8, nvfp4, k8v4 at head_dim <= 128); or copied straight into three
 // bf16 stages (bf16 at head_dim <= 128).
 enum class ExtendPrefix { kSingleStage, kSingleStageBf16, kStaged, kBf16Direct };
@@ -46,14 +46,14 @@ __host__ __device__ constexpr int extend_prefix_stages(ExtendPrefix m) { return 
 // Sets of formats a kernel's convert_part is built for (a format's bit: 1 << ElemFormat).
 __host__ __device__ constexpr unsigned format_bit(quant::ElemFormat f) { return 1u << static_cast<unsigned>(f); }
 inline constexpr unsigned kConvertAll = 0xFu;
-inline constexpr unsigned kConvertF32Bf16 = (1u << 0) | (1u << 1);  // f32 own rows, a bf16 prefix
 
 // Byte offsets of the extend kernel's shared memory for tile configuration T at head_dim D:
 //   kStages × [K tile | V tile] bf16 swizzled [kKeys][D] each, [K raw | V raw] [kKeys][<= 4 D]
 //   bytes, kStages × [K scales | V scales] [kKeys][D/16], then Q [kRowsQ][D] bf16 (T::kQInSmem).
 // kStages 2 (the staged-prefix build, extend_attention_tc.cuh): the raw region holds two prefix
 // stages of [K raw | V raw] [kKeys][<= 2 D] bytes (bf16, fp8, nvfp4 rows) — the same bytes as
-// the one f32 staging of the chunk's own rows, which reuses it once the prefix is done.
+// one f32 staging. Once the prefix is done, the raw region holds two bf16 stages of the chunk's own
+// tiles (the third is tile 0), in either build.
 template <int D, typename T, int kStages = 1>
 struct ExtendSmem {
   static constexpr int kTileBytes = T::kKeys * D * 2;
@@ -144,20 +144,6 @@ __device__ __forceinline__ void copy_prefix_tile(uint32_t raw_k, uint32_t raw_v,
   if (sub == kThreadsPerRow - 1 && v_part.format == quant::ElemFormat::kNVFP4) {
     cp_async_small<kScaleBytes>(scales_v + r * kScaleBytes,
                                 page_base + v_part.scale_offset + vector * kScaleBytes, valid);
-  }
-}
-
-// The chunk's own f32 rows [key0, key0 + kKeys) of one KV head (rows >= end zero-filled);
-// `src` points at key 0's head vector, rows `row_stride` floats apart.
-template <int D, typename T>
-__device__ __forceinline__ void copy_own_part(uint32_t raw, const float* src, int64_t row_stride, int key0, int end) {
-  constexpr int kChunks = D / 4;  // 16-byte chunks per f32 row
-  for (int u = threadIdx.x; u < T::kKeys * kChunks; u += T::kThreads) {
-    const int r = u / kChunks, c = u % kChunks;
-    const int key = key0 + r;
-    const bool valid = key < end;
-    const int at = valid ? key : end - 1;
-    cp_async_16(raw + r * (4 * D) + 16 * c, src + at * row_stride + 4 * c, valid);
   }
 }
 

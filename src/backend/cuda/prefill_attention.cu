@@ -132,18 +132,22 @@ void launch_chunk_attention(const ChunkAttentionParams& p, cudaStream_t stream) 
   }
 }
 
+void convert_kv_to_bf16(const float* k, const float* v, void* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  constexpr int kConvertThreads = 256;
+  // Grid-stride loop: a couple of thousand blocks cover any step.
+  const int64_t blocks = std::min<int64_t>((2 * n / 4 + kConvertThreads - 1) / kConvertThreads, 2048);
+  convert_kv_to_bf16_kernel<<<static_cast<unsigned>(blocks), kConvertThreads, 0, stream>>>(
+      k, v, static_cast<__nv_bfloat16*>(out), n);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
 void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
   // 1. K and V rounded to bf16 once per call (every query head of a GQA group and every query
   //    tile then reads the 2-byte copy).
   const int64_t n = p.total_tokens * p.num_kv_heads * p.head_dim;
   auto* kv = static_cast<__nv_bfloat16*>(p.kv_workspace);
-  constexpr int kConvertThreads = 256;
-  // Grid-stride loop: a couple of thousand blocks cover any step.
-  const int64_t blocks = std::min<int64_t>((2 * n / 4 + kConvertThreads - 1) / kConvertThreads, 2048);
-  if (!p.kv_workspace_filled) {
-    convert_kv_to_bf16_kernel<<<static_cast<unsigned>(blocks), kConvertThreads, 0, stream>>>(p.k, p.v, kv, n);
-    NIBBLE_CUDA_CHECK_LAUNCH();
-  }
+  if (!p.kv_workspace_filled) convert_kv_to_bf16(p.k, p.v, kv, n, stream);
   // 2. Attention on the chosen tile (0 = the head_dim's default).
   switch (p.head_dim) {
     case 64: launch_tile<64>(tile_index<64>(p.tile), p, kv, kv + n, stream); break;

@@ -134,4 +134,11 @@ int64_t prefill_workspace_bytes(int64_t total_tokens, int64_t num_kv_heads, int6
 // the attention kernel. No allocation, no host sync.
 void prefill_attention(const PrefillAttentionParams& params, cudaStream_t stream);
 
+namespace detail {
+// K and V f32 [rows][cols] (n = rows · cols elements each, a multiple of 4, 16-byte aligned) ->
+// out [2][rows][cols] bf16, round to nearest even: the workspace prefill_attention and
+// extend_attention read the step's own K/V from. Asynchronous on `stream`.
+void convert_kv_to_bf16(const float* k, const float* v, void* out, int64_t n, cudaStream_t stream);
+}  // namespace detail
+
 }  // namespace nibble::cuda

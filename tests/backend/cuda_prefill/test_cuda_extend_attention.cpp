@@ -95,6 +95,7 @@ class CudaExtendAttention : public ::testing::Test {
   struct Result {
     Errors vs_cpu, vs_chunk;
     int64_t decode_rows_touched = 0;  // decode rows of the extend kernel's output that are not NaN
+    bool filled_differs = false;      // the call on a filled kv_workspace gave other bits
   };
 
   Result run(const Case& c) {
@@ -162,29 +163,42 @@ class CudaExtendAttention : public ::testing::Test {
     DeviceBuffer dchunk = DeviceBuffer::from(std::vector<float>(t * q_width, NAN));
     int64_t max_new = 0;
     for (const SeqSpec& s : c.seqs) max_new = std::max(max_new, s.len);
-    cuda::extend_attention({.q = dq.as<float>(),
-                            .k = dk.as<float>(),
-                            .v = dv.as<float>(),
-                            .out = dout.as<float>(),
-                            .seq_info = g.seq_info(),
-                            .num_seqs = plan.num_seqs(),
-                            .total_tokens = t,
-                            .max_new_tokens = max_new,
-                            .pool = dpool.as<uint8_t>(),
-                            .page_tables = g.page_tables(),
-                            .max_pages_per_seq = plan.max_pages_per_seq,
-                            .page_bytes = layout.page_bytes(),
-                            .k_layout = layout.k(0),
-                            .v_layout = layout.v(0),
-                            .k_global_scale = scales.k[0],
-                            .v_global_scale = scales.v[0],
-                            .rotation = c.rotation,
-                            .num_q_heads = c.heads,
-                            .num_kv_heads = c.kv_heads,
-                            .head_dim = c.head_dim,
-                            .softmax_scale = shape.scale,
-                            .include_prefill = true},
-                           nullptr);
+    // The own K/V's bf16 copy, unwritten bytes NaN-patterned: the call converts into it.
+    DeviceBuffer dwork = DeviceBuffer::from(
+        std::vector<uint8_t>(static_cast<size_t>(cuda::prefill_workspace_bytes(t, c.kv_heads, c.head_dim)), 0xFF));
+    const cuda::ExtendAttentionParams params{.q = dq.as<float>(),
+                                             .k = dk.as<float>(),
+                                             .v = dv.as<float>(),
+                                             .out = dout.as<float>(),
+                                             .seq_info = g.seq_info(),
+                                             .num_seqs = plan.num_seqs(),
+                                             .total_tokens = t,
+                                             .max_new_tokens = max_new,
+                                             .pool = dpool.as<uint8_t>(),
+                                             .page_tables = g.page_tables(),
+                                             .max_pages_per_seq = plan.max_pages_per_seq,
+                                             .page_bytes = layout.page_bytes(),
+                                             .k_layout = layout.k(0),
+                                             .v_layout = layout.v(0),
+                                             .k_global_scale = scales.k[0],
+                                             .v_global_scale = scales.v[0],
+                                             .rotation = c.rotation,
+                                             .num_q_heads = c.heads,
+                                             .num_kv_heads = c.kv_heads,
+                                             .head_dim = c.head_dim,
+                                             .softmax_scale = shape.scale,
+                                             .kv_workspace = dwork.as<uint8_t>(),
+                                             .include_prefill = true};
+    cuda::extend_attention(params, nullptr);
+    // Again with the copy already filled (the engine's step after a prefill call) and k, v NaN: they
+    // must not be read, and the output must be the same bits.
+    DeviceBuffer dnan = DeviceBuffer::from(std::vector<float>(t * kv_width, NAN));
+    DeviceBuffer dfilled = DeviceBuffer::from(std::vector<float>(t * q_width, NAN));
+    cuda::ExtendAttentionParams filled = params;
+    filled.k = filled.v = dnan.as<float>();
+    filled.out = dfilled.as<float>();
+    filled.kv_workspace_filled = true;
+    cuda::extend_attention(filled, nullptr);
     cuda::chunk_attention({.q = dq.as<float>(),
                            .k = dk.as<float>(),
                            .v = dv.as<float>(),
@@ -210,8 +224,10 @@ class CudaExtendAttention : public ::testing::Test {
     NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> got = dout.to_host<float>();
     const std::vector<float> chunk = dchunk.to_host<float>();
+    const std::vector<float> got_filled = dfilled.to_host<float>();
 
     Result r;
+    r.filled_differs = std::memcmp(got.data(), got_filled.data(), got.size() * sizeof(float)) != 0;
     for (size_t i = 0; i < n; ++i) {
       const int64_t first = plan.token_begin[i] * q_width, count = c.seqs[i].len * q_width;
       if (c.seqs[i].prefix > 0 && c.seqs[i].len == 1) {  // decode: not the kernel's
@@ -239,6 +255,7 @@ class CudaExtendAttention : public ::testing::Test {
     EXPECT_LE(r.vs_chunk.max_abs, kMaxTolerance) << what << " vs chunk_attention";
     EXPECT_LE(r.vs_chunk.rms, kRmsTolerance) << what << " vs chunk_attention";
     EXPECT_EQ(r.decode_rows_touched, 0) << what << ": decode rows written";
+    EXPECT_FALSE(r.filled_differs) << what << ": kv_workspace_filled changed the output";
     std::printf("  %-100s cpu max %.2e rms %.2e | chunk max %.2e\n", what.c_str(), r.vs_cpu.max_abs, r.vs_cpu.rms,
                 r.vs_chunk.max_abs);
   }
@@ -405,7 +422,8 @@ TEST(CudaExtendAttentionValidation, BadArgumentsAreErrorsNamingTheProblem) {
                                          .num_q_heads = 8,
                                          .num_kv_heads = 2,
                                          .head_dim = 128,
-                                         .softmax_scale = 0.1f};
+                                         .softmax_scale = 0.1f,
+                                         .kv_workspace = dummy};
   const auto expect_error = [](cuda::ExtendAttentionParams p, const std::string& needle) {
     try {
       cuda::extend_attention(p, nullptr);
@@ -423,6 +441,12 @@ TEST(CudaExtendAttentionValidation, BadArgumentsAreErrorsNamingTheProblem) {
   p = good;
   p.pool = nullptr;
   expect_error(p, "pool false");
+  p = good;
+  p.kv_workspace = nullptr;
+  expect_error(p, "kv_workspace false");
+  p = good;
+  p.kv_workspace = reinterpret_cast<char*>(dummy) + 4;
+  expect_error(p, "kv_workspace must be 16-byte aligned");
   p = good;
   p.num_kv_heads = 4;
   expect_error(p, "K layout is 2 kv heads");
