@@ -65,6 +65,11 @@ void extend_attention(const ExtendAttentionParams& p, cudaStream_t stream) {
                p.max_pages_per_seq, p.page_bytes);
   validate_extend_part(p.k_layout, "K", p);
   validate_extend_part(p.v_layout, "V", p);
+  using quant::ElemFormat;
+  const auto narrow = [](ElemFormat f) { return f == ElemFormat::kFP8 || f == ElemFormat::kNVFP4; };
+  NIBBLE_CHECK(p.k_layout.format == p.v_layout.format || (narrow(p.k_layout.format) && narrow(p.v_layout.format)),
+               "extend attention: K in {} with V in {}: K and V must share a format, or each be fp8 or nvfp4",
+               quant::elem_format_name(p.k_layout.format), quant::elem_format_name(p.v_layout.format));
   NIBBLE_CHECK(p.k_layout.page_size == p.v_layout.page_size, "extend attention: K pages of {} tokens, V pages of {}",
                p.k_layout.page_size, p.v_layout.page_size);
   NIBBLE_CHECK(p.k_global_scale > 0.0f && p.v_global_scale > 0.0f,

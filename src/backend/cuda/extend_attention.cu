@@ -31,7 +31,7 @@ struct ExtendTileFor<256> {
 template <int D, ExtendPrefix kPrefix>
 void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   using T = typename ExtendTileFor<D>::type;
-  using S = ExtendSmem<D, T, extend_prefix_stages(kPrefix)>;
+  using S = ExtendSmem<D, T, kPrefix>;
   auto* kernel = extend_attention_kernel<D, T, kPrefix>;
   static const cudaError_t attribute_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kBytes);
@@ -48,32 +48,21 @@ void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
-// The staged-prefix builds (extend_attention_tc.cuh, ExtendPrefix) where their raw stages hold a
-// prefix row (bf16 or narrower: not the f32 cache) and a second bf16 stage fits beside the first:
-// head_dim <= 128 (194 KiB at 128; at 256 it would take the second block per SM). A bf16 cache
-// copies its rows straight into the bf16 stages; at head_dim 256 it runs the single-stage loop
-// without the other formats' conversions.
+// The prefix mode per call (extend_attention_tc.cuh, ExtendPrefix): a bf16 cache copies its rows
+// straight into the bf16 stages; fp8 / nvfp4 / k8v4 run the staged loop at head_dim <= 128, the
+// single-stage one at 256 (staged measured 1-1.5% slower there); the f32 cache the single-stage one.
+// (Until the thirty-fourth round head_dim 256 took the single-stage loop for bf16 too.)
 template <int D>
 void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   using quant::ElemFormat;
-  const bool narrow = p.k_layout.format != ElemFormat::kF32 && p.v_layout.format != ElemFormat::kF32;
-  const bool bf16 = p.k_layout.format == ElemFormat::kBF16 && p.v_layout.format == ElemFormat::kBF16;
-  if constexpr (D <= 128) {
-    if (bf16) {
-      launch<D, ExtendPrefix::kBf16Direct>(p, stream);
-      return;
-    }
-    if (narrow) {
-      launch<D, ExtendPrefix::kStaged>(p, stream);
-      return;
-    }
+  const auto narrow = [](ElemFormat f) { return f == ElemFormat::kFP8 || f == ElemFormat::kNVFP4; };
+  if (p.k_layout.format == ElemFormat::kBF16 && p.v_layout.format == ElemFormat::kBF16) {
+    launch<D, ExtendPrefix::kBf16Direct>(p, stream);
+  } else if (D <= 128 && narrow(p.k_layout.format) && narrow(p.v_layout.format)) {
+    launch<D, ExtendPrefix::kStaged>(p, stream);
   } else {
-    if (bf16) {
-      launch<D, ExtendPrefix::kSingleStageBf16>(p, stream);
-      return;
-    }
+    launch<D, ExtendPrefix::kSingleStage>(p, stream);
   }
-  launch<D, ExtendPrefix::kSingleStage>(p, stream);
 }
 
 }  // namespace

@@ -10,15 +10,15 @@
 //   kStaged (fp8 / nvfp4 / k8v4 at head_dim <= 128): two raw and two bf16 stages,
 //     wait raw(i + 1); barrier; cp.async raw(i + 2); dequantize raw(i + 1); S, softmax, O of tile i,
 //   one barrier per tile, each warp's dequantization beside the other warps' MMAs;
-//   kBf16Direct (bf16 at head_dim <= 128): straight into three bf16 stages (the third in the raw
-//     region), as the prefill kernel loads its tiles, no conversion pass;
-//   kSingleStage / kSingleStageBf16 (the f32 cache; head_dim 256): one raw staging buffer and one
+//   kBf16Direct (bf16): straight into three bf16 stages (the third in the raw region), as the
+//     prefill kernel loads its tiles, no conversion pass;
+//   kSingleStage (the f32 cache; fp8 / nvfp4 / k8v4 at head_dim 256): one raw staging buffer and one
 //     bf16 tile, wait raw(i); barrier; dequantize raw(i) -> bf16 tile; barrier; cp.async raw(i + 1);
-//     S, softmax, O (kSingleStageBf16: built without the fp8 / nvfp4 conversions);
+//     S, softmax, O;
 // each thread's page-table entry read a tile ahead of its copy in the staged modes.
 // Then the chunk's own tiles up to the block's last query, causally: their rows come from the
-// launch's bf16 copy of the chunk's K/V (kv_workspace) straight into three bf16 stages (tile 0 and
-// two in the raw region, free in every mode by then), one barrier per tile, no conversion.
+// launch's bf16 copy of the chunk's K/V (kv_workspace) straight into three bf16 stages
+// (ExtendSmem::stage3, free in every mode by then), one barrier per tile, no conversion.
 // Between the phases each warp finishes the prefix phase in registers: O *= g_v, O = H O (rotated
 // cache), q reloaded unrotated, and the softmax scale loses g_k.
 //
@@ -40,7 +40,7 @@ namespace nibble::cuda::detail {
 template <int D, typename T, ExtendPrefix kPrefix>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     extend_attention_kernel(ExtendAttentionParams p, const __nv_bfloat16* __restrict__ own_kv, int heads_per_block) {
-  using S = ExtendSmem<D, T, extend_prefix_stages(kPrefix)>;
+  using S = ExtendSmem<D, T, kPrefix>;
   constexpr int kKeys = T::kKeys;
   constexpr int kM = T::kM;
   constexpr int kD16 = T::kD16;
@@ -181,16 +181,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       // bench_prefill_attention --extend, TFLOP/s, through the raw staging -> this path (with the
       // page read-ahead): 32K + 8K d128 281.6 -> 318.0, d64 205.7 -> 266.8 (PERFORMANCE.md,
       // thirty-third round; as a branch of the staged kernel it had cost the other formats 0-2.5%).
-      static_assert(S::kScales - S::kRaw >= 2 * S::kTileBytes, "a third bf16 stage fits the raw region");
-      const auto stage = [](int i) { return i % 3 == 2 ? S::kRaw : S::tile(i % 3); };
       const auto issue_direct = [&](int i) {
-        const uint32_t tile = smem + stage(i);
+        const uint32_t tile = smem + S::stage3(i);
         copy_prefix_tile<D, T, true>(tile, tile + S::kTileBytes, 0, 0, p.k_layout, p.v_layout, p.pool, p.page_bytes,
                                      take_page(i), page_size, kv_head, i * kKeys, cached_len);
         cp_async_commit();
       };
       three_stages(n_prefix, issue_direct, [&](int i) {
-        if (warp_active) attend(smem + stage(i), true, i * kKeys);
+        if (warp_active) attend(smem + S::stage3(i), true, i * kKeys);
       });
     } else {
       const auto issue_prefix = [&](int i) {  // raw(i) into raw stage i % 2
@@ -200,11 +198,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
                                cached_len);
         cp_async_commit();
       };
+      constexpr unsigned kFormats = format_bit(quant::ElemFormat::kFP8) | format_bit(quant::ElemFormat::kNVFP4);
       const auto convert_prefix = [&](int i) {  // raw(i) -> bf16 stage i % 2
         const int st = i % 2;
-        convert_part<D, T>(smem + S::tile(st), smem_raw + S::prefix_raw(st), smem_raw + S::scales(st),
+        convert_part<D, T, kFormats>(smem + S::tile(st), smem_raw + S::prefix_raw(st), smem_raw + S::scales(st),
                            p.k_layout.format);
-        convert_part<D, T>(smem + S::tile(st) + S::kTileBytes, smem_raw + S::prefix_raw(st) + S::kPrefixRawPartBytes,
+        convert_part<D, T, kFormats>(smem + S::tile(st) + S::kTileBytes, smem_raw + S::prefix_raw(st) + S::kPrefixRawPartBytes,
                            smem_raw + S::scales(st) + S::kScalePartBytes, p.v_layout.format);
       };
       if (n_prefix > 0) {
@@ -240,13 +239,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       }
     }
   } else {
-    // The single-stage loop (extend_attention_tc.cuh's header): the f32 cache, and head_dim 256.
-    // kSingleStageBf16 (head_dim 256, bf16 cache): without the fp8 and nvfp4 conversions, which
-    // cost the bf16 kernel registers (H200, 2026-12-03, bench_prefill_attention --extend, d256 bf16
-    // TFLOP/s at 32K + 8K: the old generic kernel 145.2, the generic kernel with the faster fp8 and
-    // nvfp4 conversions 138.6, this build 159.8 against the old kernel's 144.0 in its call).
-    constexpr unsigned kFormats =
-        kPrefix == ExtendPrefix::kSingleStageBf16 ? format_bit(quant::ElemFormat::kBF16) : kConvertAll;
+    // The single-stage loop (the header). Head_dim 256's quantized prefixes stay here: the staged
+    // loop measured 1-1.5% slower for nvfp4 and k8v4 there, equal for fp8 (H200, 2026-12-03, 2
+    // blocks per SM either way: nvfp4 32K + 8K 163.6 -> 161.9 TFLOP/s; PERFORMANCE.md thirty-fourth
+    // round). A bf16 prefix never comes here.
+    constexpr unsigned kFormats = kConvertAll & ~format_bit(quant::ElemFormat::kBF16);
     const uint32_t tile_k = smem, tile_v = smem + S::kTileBytes;
     const uint32_t raw_k = smem + S::kRaw, raw_v = raw_k + S::kRawPartBytes;
     const uint32_t scales_k = smem + S::kScales, scales_v = scales_k + S::kScalePartBytes;
@@ -271,20 +268,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   __syncthreads();  // every warp is done with the prefix's stages: the own tiles take them next
 
   // ---- the own tiles: the chunk's keys [0, key_end) of this KV head from the bf16 copy ----------------
-  // Three stages: tile 0 and two in the raw region (at least 4 tiles' bytes in every mode: the raw
-  // region is sized for f32 rows). H200, 2026-12-03, bench_prefill_attention --extend: see
+  // Three bf16 stages (ExtendSmem::stage3). H200, 2026-12-03, bench_prefill_attention --extend:
   // docs/PERFORMANCE.md, thirty-fourth round (the f32 rows through the one staging buffer before).
-  static_assert(S::kScales - S::kRaw >= 4 * S::kTileBytes, "two own stages fit the raw region");
-  const auto own_stage = [](int j) {
-    const int s = j % 3;
-    return s == 0 ? S::tile(0) : S::kRaw + (s - 1) * 2 * S::kTileBytes;
-  };
   const int chunk = static_cast<int>(threadIdx.x) % T::kChunks;  // load_kv_tile's 16-byte chunk of a row
   const int64_t own_n = p.total_tokens * kv_cols;                 // V's offset in the copy
   const __nv_bfloat16* own_k = own_kv + row0 * kv_cols + kv_head * D + 8 * chunk;
   const __nv_bfloat16* own_v = own_k + own_n;
   const auto issue_own = [&](int j) {
-    const uint32_t tile = smem + own_stage(j);
+    const uint32_t tile = smem + S::stage3(j);
     load_kv_tile<D, T>(tile, own_k, kv_cols, j * kKeys, key_end);
     load_kv_tile<D, T>(tile + S::kTileBytes, own_v, kv_cols, j * kKeys, key_end);
     cp_async_commit();
@@ -314,7 +305,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
   three_stages(n_own, issue_own, [&](int j) {
     const int key0 = j * kKeys;
-    if (warp_active && key0 <= warp_last_row) attend(smem + own_stage(j), false, key0);
+    if (warp_active && key0 <= warp_last_row) attend(smem + S::stage3(j), false, key0);
   });
 
   // Normalize and store rows g, g + 8 of each row block.

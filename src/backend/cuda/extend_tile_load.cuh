@@ -32,46 +32,55 @@
 namespace nibble::cuda::detail {
 
 // How the extend kernel runs a sequence's prefix tiles (extend_attention_tc.cuh): through one raw
-// staging buffer and one bf16 tile (the f32 cache; head_dim 256: kSingleStageBf16 for a bf16
-// cache, whose kernel holds no fp8 / nvfp4 conversion); through
-// two raw and two bf16 stages (fp8, nvfp4, k8v4 at head_dim <= 128); or copied straight into three
-// bf16 stages (bf16 at head_dim <= 128).
-enum class ExtendPrefix { kSingleStage, kSingleStageBf16, kStaged, kBf16Direct };
+// staging buffer and one bf16 tile (kSingleStage: the f32 cache, and fp8 / nvfp4 / k8v4 at head_dim
+// 256); through two raw and two bf16 stages (kStaged: fp8, nvfp4, k8v4 at head_dim <= 128); or
+// copied straight into three bf16 stages (kBf16Direct: bf16).
+enum class ExtendPrefix { kSingleStage, kStaged, kBf16Direct };
 __host__ __device__ constexpr bool extend_prefix_staged(ExtendPrefix m) {
   return m == ExtendPrefix::kStaged || m == ExtendPrefix::kBf16Direct;
 }
-// The bf16 stages of ExtendSmem for a prefix mode (kBf16Direct's third lives in the raw region).
-__host__ __device__ constexpr int extend_prefix_stages(ExtendPrefix m) { return extend_prefix_staged(m) ? 2 : 1; }
 
 // Sets of formats a kernel's convert_part is built for (a format's bit: 1 << ElemFormat).
 __host__ __device__ constexpr unsigned format_bit(quant::ElemFormat f) { return 1u << static_cast<unsigned>(f); }
 inline constexpr unsigned kConvertAll = 0xFu;
 
-// Byte offsets of the extend kernel's shared memory for tile configuration T at head_dim D:
-//   kStages × [K tile | V tile] bf16 swizzled [kKeys][D] each, [K raw | V raw] [kKeys][<= 4 D]
-//   bytes, kStages × [K scales | V scales] [kKeys][D/16], then Q [kRowsQ][D] bf16 (T::kQInSmem).
-// kStages 2 (the staged-prefix build, extend_attention_tc.cuh): the raw region holds two prefix
-// stages of [K raw | V raw] [kKeys][<= 2 D] bytes (bf16, fp8, nvfp4 rows) — the same bytes as
-// one f32 staging. Once the prefix is done, the raw region holds two bf16 stages of the chunk's own
-// tiles (the third is tile 0), in either build.
-template <int D, typename T, int kStages = 1>
+// Byte offsets of the extend kernel's shared memory for tile configuration T at head_dim D and
+// prefix mode M:
+//   kStages × [K tile | V tile] bf16 swizzled [kKeys][D] each (kStages: 1 single-stage, 2 staged),
+//   the raw region, kStages × [K scales | V scales] [kKeys][D/16], then Q [kRowsQ][D] bf16
+//   (T::kQInSmem).
+// The raw region: kSingleStage, [K raw | V raw] [kKeys][4 D] (the widest prefix row, f32); kStaged,
+// two prefix stages of [K raw | V raw] [kKeys][D] (fp8 and nvfp4 rows); kBf16Direct, its third bf16
+// stage. Both staged layouts' raw region is one [K tile | V tile] stage's bytes.
+// Once the prefix is done, the chunk's own tiles take three bf16 stages (stage3): tiles 0 and 1 and
+// the raw region (staged modes), or tile 0 and two in the raw region (single-stage).
+template <int D, typename T, ExtendPrefix M>
 struct ExtendSmem {
+  static constexpr int kStages = extend_prefix_staged(M) ? 2 : 1;
   static constexpr int kTileBytes = T::kKeys * D * 2;
-  static constexpr int kRawPartBytes = T::kKeys * 4 * D;
-  static constexpr int kPrefixRawPartBytes = T::kKeys * 2 * D;  // a prefix row in bf16 or narrower
+  static constexpr int kRawPartBytes = T::kKeys * 4 * D;       // kSingleStage: an f32 row
+  static constexpr int kPrefixRawPartBytes = T::kKeys * D;     // kStaged: an fp8 or nvfp4 row
+  static constexpr int kRawBytes = kStages == 1 ? 2 * kRawPartBytes : 2 * kTileBytes;
   static constexpr int kScaleRowBytes = D / 16;
   static constexpr int kScalePartBytes = T::kKeys * kScaleRowBytes;
   static constexpr int kRaw = kStages * 2 * kTileBytes;
-  static constexpr int kScales = kRaw + 2 * kRawPartBytes;
+  static constexpr int kScales = kRaw + kRawBytes;
   static constexpr int kQ = kScales + kStages * 2 * kScalePartBytes;
   static constexpr int kBytes = kQ + (T::kQInSmem ? T::kRowsQ * D * 2 : 0);
-  static_assert(kStages == 1 || kStages == 2, "one or two stages");
-  static_assert(kStages * 2 * kPrefixRawPartBytes <= 2 * kRawPartBytes, "the prefix stages fit the raw region");
-  static_assert(kQ % 128 == 0 && kTileBytes % 128 == 0, "tiles and Q rows start 128-byte aligned (fragment_address)");
+  static_assert(kQ % 128 == 0 && kTileBytes % 128 == 0 && kRaw % 128 == 0,
+                "tiles and Q rows start 128-byte aligned (fragment_address)");
+  static_assert(M != ExtendPrefix::kStaged || 2 * 2 * kPrefixRawPartBytes <= kRawBytes,
+                "two prefix stages fit the raw region");
+  static_assert(kRawBytes >= (kStages == 1 ? 4 : 2) * kTileBytes, "the own tiles' stages fit (stage3)");
   // Stage s of the staged-prefix build.
   static constexpr int tile(int s) { return s * 2 * kTileBytes; }
   static constexpr int prefix_raw(int s) { return kRaw + s * 2 * kPrefixRawPartBytes; }
   static constexpr int scales(int s) { return kScales + s * 2 * kScalePartBytes; }
+  // The bf16 stage of the i-th tile of a three-stage loop (kBf16Direct's prefix, the own tiles).
+  static constexpr int stage3(int i) {
+    if constexpr (kStages == 2) return i % 3 == 2 ? kRaw : tile(i % 3);
+    return i % 3 == 0 ? tile(0) : kRaw + (i % 3 - 1) * 2 * kTileBytes;
+  }
 };
 
 // cp.async of kBytes (4, 8 or 16) through L1; src_bytes 0 zero-fills.

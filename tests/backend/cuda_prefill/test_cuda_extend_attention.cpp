@@ -450,6 +450,15 @@ TEST(CudaExtendAttentionValidation, BadArgumentsAreErrorsNamingTheProblem) {
   p = good;
   p.num_kv_heads = 4;
   expect_error(p, "K layout is 2 kv heads");
+  {  // K bf16 with V fp8: no prefix mode reads that pair
+    const cache::PageLayout bf16({.num_layers = 1, .kv_heads = 2, .head_dim = 128}, KvDtype::kBF16, 16);
+    const cache::PageLayout fp8({.num_layers = 1, .kv_heads = 2, .head_dim = 128}, KvDtype::kFP8, 16);
+    p = good;
+    p.k_layout = bf16.k(0);
+    p.v_layout = fp8.v(0);
+    p.page_bytes = bf16.page_bytes();
+    expect_error(p, "K in bf16 with V in fp8");
+  }
   p = good;
   p.max_new_tokens = 5;
   expect_error(p, "max_new_tokens 5");
