@@ -58,11 +58,15 @@ void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   const auto narrow = [](ElemFormat f) { return f == ElemFormat::kFP8 || f == ElemFormat::kNVFP4; };
   if (p.k_layout.format == ElemFormat::kBF16 && p.v_layout.format == ElemFormat::kBF16) {
     launch<D, ExtendPrefix::kBf16Direct>(p, stream);
-  } else if (D <= 128 && narrow(p.k_layout.format) && narrow(p.v_layout.format)) {
-    launch<D, ExtendPrefix::kStaged>(p, stream);
-  } else {
-    launch<D, ExtendPrefix::kSingleStage>(p, stream);
+    return;
   }
+  if constexpr (D <= 128) {
+    if (narrow(p.k_layout.format) && narrow(p.v_layout.format)) {
+      launch<D, ExtendPrefix::kStaged>(p, stream);
+      return;
+    }
+  }
+  launch<D, ExtendPrefix::kSingleStage>(p, stream);
 }
 
 }  // namespace
