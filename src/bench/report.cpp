@@ -20,7 +20,8 @@ std::string_view verdict_name(Verdict v) {
 }
 
 VerdictResult decide_verdict(const VerdictInputs& in) {
-  if (in.metrics_found && in.max_waiting_while_busy > 0 && in.queued_samples >= kMinQueuedSamples) {
+  if (in.metrics_found && in.max_waiting_while_busy > 0 && in.queued_samples >= kMinQueuedSamples &&
+      in.queued_samples >= kMinQueuedFraction * in.busy_samples) {
     return {Verdict::kCapacityLimited,
             fmt::format("the server queued up to {:g} requests while the client had requests in flight: its KV pool "
                         "or running cap was full, so this is the server's capacity at this load",
@@ -114,6 +115,7 @@ RunSummary summarize_run(const RunDescription& run, const LoadResult& load) {
     running_sum += running;
     waiting_sum += waiting;
     if (client > 0) v.max_waiting_while_busy = std::max(v.max_waiting_while_busy, waiting);
+    if (client > 0) ++v.busy_samples;
     if (client > 0 && waiting > 0) ++v.queued_samples;
     if (m.running && m.waiting) {
       unaccounted_sum += std::max(0.0, client - running - waiting);

@@ -2,9 +2,10 @@
 // What one benchmark run measured, the verdict on what limited it, and its JSON and table forms.
 //
 // The verdict, decided in this order (decide_verdict):
-//   capacity-limited  the server's /metrics showed waiting > 0 while the client had requests in flight:
-//                     the server held requests it could not run (KV pool or running cap full), so the
-//                     throughput is the server's capacity at this load.
+//   capacity-limited  the server's /metrics showed waiting > 0 while the client had requests in flight,
+//                     in at least kMinQueuedSamples samples and kMinQueuedFraction of those with requests
+//                     in flight: the server held requests it could not run (KV pool or running cap
+//                     full), so the throughput is the server's capacity at this load.
 //   server-limited    no queue in /metrics, but on average max(1, peak/4) of the requests the client had
 //                     in flight were neither running nor waiting in the server: they sat outside its
 //                     scheduler (HTTP accept queue, too few handler threads), a limit its metrics hide.
@@ -38,6 +39,7 @@ struct VerdictInputs {
   bool metrics_found = false;
   double max_waiting_while_busy = 0;  // max server "waiting" over samples with client requests in flight
   int queued_samples = 0;             // samples in which the server had requests waiting while the client was busy
+  int busy_samples = 0;               // samples in which the client had requests in flight
   double mean_unaccounted = 0;       // mean over samples of client in flight - server running - waiting
   int unaccounted_samples = 0;       // samples behind mean_unaccounted
 };
@@ -47,6 +49,12 @@ inline constexpr int kMinSamplesForServerLimited = 10;
 // A request is "waiting" from its arrival until the next engine step admits it; a queue seen in fewer
 // samples than this was that moment, not a full KV pool, and does not make a run "capacity-limited".
 inline constexpr int kMinQueuedSamples = 3;
+// Nor does a queue seen in fewer than this fraction of the samples with requests in flight: each
+// arrival waits for the next engine step, and where steps are slow (a sanitizer build, a loaded
+// machine) a run of a few dozen samples catches several such waits. A full pool keeps a queue in
+// most samples. (A CPU server under ASan on a busy 2-core machine: 3 of 28 samples, 2 requests in
+// flight against a cap of 8 running, was called capacity-limited before this rule.)
+inline constexpr double kMinQueuedFraction = 0.25;
 
 struct VerdictResult {
   Verdict verdict;

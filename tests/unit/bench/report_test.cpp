@@ -13,7 +13,15 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 TEST(Verdict, DecisionTable) {
   EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .max_waiting_while_busy = 2,
-                            .queued_samples = 12}).verdict,
+                            .queued_samples = 12, .busy_samples = 40}).verdict,
+            Verdict::kCapacityLimited);
+  // A queue in a few of many busy samples is requests between arrival and admission on a slow server
+  // (3 of 28: an ASan build of the CPU server on a loaded machine), not a full pool.
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 2, .peak_in_flight = 2, .metrics_found = true, .max_waiting_while_busy = 1,
+                            .queued_samples = 3, .busy_samples = 28}).verdict,
+            Verdict::kClientLimited);
+  EXPECT_EQ(decide_verdict({.concurrency_cap = 2, .peak_in_flight = 2, .metrics_found = true, .max_waiting_while_busy = 1,
+                            .queued_samples = 7, .busy_samples = 28}).verdict,
             Verdict::kCapacityLimited);
   // A queue seen in one or two samples is a request between arrival and admission, not a full pool.
   EXPECT_EQ(decide_verdict({.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true, .max_waiting_while_busy = 1,
