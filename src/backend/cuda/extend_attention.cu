@@ -5,32 +5,40 @@
 #include "backend/cuda/prefill_attention.h"  // detail::convert_kv_to_bf16
 
 #include <numeric>
+#include <type_traits>
 
 namespace nibble::cuda::detail {
 
 namespace {
 
-// The tile per head_dim: the prefill kernel's default tiles with the lazy-rescale softmax (the
-// extend kernel's phase-dependent softmax scale needs its log2-domain running max), one bf16 K/V
-// tile plus the raw staging buffer (ExtendSmem).
-template <int D>
+// The tile per head_dim and prefix mode: the prefill kernel's default tiles with the lazy-rescale
+// softmax (the extend kernel's phase-dependent softmax scale needs its log2-domain running max).
+// head_dim 256's staged build (fp8 / nvfp4 / k8v4) takes 8 warps with Q in shared memory: 128
+// query rows share each dequantized tile instead of 64, one block per SM. H200, 2026-12-03,
+// bench_prefill_attention --extend, TFLOP/s at 32K + 8K, the 4-warp single-stage build -> this one:
+// nvfp4 162.7 -> 202.3, fp8 185.7 -> 208.4, k8v4 176.9 -> 205.1 (+6-27% over the four shapes;
+// PERFORMANCE.md, thirty-fourth round). The same tile ran a bf16 prefix 7% slower (269 -> 250), so
+// the other modes keep the 4-warp one.
+template <int D, ExtendPrefix kPrefix>
 struct ExtendTileFor;
-template <>
-struct ExtendTileFor<64> {
+template <ExtendPrefix kPrefix>
+struct ExtendTileFor<64, kPrefix> {
   using type = PrefillTile<64, 4, 2, 64, 2, false, 2, PrefillSchedule::kLazyRescale>;
 };
-template <>
-struct ExtendTileFor<128> {
+template <ExtendPrefix kPrefix>
+struct ExtendTileFor<128, kPrefix> {
   using type = PrefillTile<128, 8, 2, 64, 1, true, 2, PrefillSchedule::kLazyRescale>;
 };
-template <>
-struct ExtendTileFor<256> {
-  using type = PrefillTile<256, 4, 1, 32, 1, false, 2, PrefillSchedule::kLazyRescale>;
+template <ExtendPrefix kPrefix>
+struct ExtendTileFor<256, kPrefix> {
+  using type = std::conditional_t<kPrefix == ExtendPrefix::kStaged,
+                                  PrefillTile<256, 8, 1, 32, 1, true, 2, PrefillSchedule::kLazyRescale>,
+                                  PrefillTile<256, 4, 1, 32, 1, false, 2, PrefillSchedule::kLazyRescale>>;
 };
 
 template <int D, ExtendPrefix kPrefix>
 void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
-  using T = typename ExtendTileFor<D>::type;
+  using T = typename ExtendTileFor<D, kPrefix>::type;
   using S = ExtendSmem<D, T, kPrefix>;
   auto* kernel = extend_attention_kernel<D, T, kPrefix>;
   static const cudaError_t attribute_status =
@@ -49,24 +57,20 @@ void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
 }
 
 // The prefix mode per call (extend_attention_tc.cuh, ExtendPrefix): a bf16 cache copies its rows
-// straight into the bf16 stages; fp8 / nvfp4 / k8v4 run the staged loop at head_dim <= 128, the
-// single-stage one at 256 (staged measured 1-1.5% slower there); the f32 cache the single-stage one.
-// (Until the thirty-fourth round head_dim 256 took the single-stage loop for bf16 too.)
+// straight into the bf16 stages, fp8 / nvfp4 / k8v4 run the staged loop, the f32 cache the
+// single-stage one. (Until the thirty-fourth round head_dim 256 took the single-stage loop for
+// every format.)
 template <int D>
 void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   using quant::ElemFormat;
   const auto narrow = [](ElemFormat f) { return f == ElemFormat::kFP8 || f == ElemFormat::kNVFP4; };
   if (p.k_layout.format == ElemFormat::kBF16 && p.v_layout.format == ElemFormat::kBF16) {
     launch<D, ExtendPrefix::kBf16Direct>(p, stream);
-    return;
+  } else if (narrow(p.k_layout.format) && narrow(p.v_layout.format)) {
+    launch<D, ExtendPrefix::kStaged>(p, stream);
+  } else {
+    launch<D, ExtendPrefix::kSingleStage>(p, stream);
   }
-  if constexpr (D <= 128) {
-    if (narrow(p.k_layout.format) && narrow(p.v_layout.format)) {
-      launch<D, ExtendPrefix::kStaged>(p, stream);
-      return;
-    }
-  }
-  launch<D, ExtendPrefix::kSingleStage>(p, stream);
 }
 
 }  // namespace

@@ -7,14 +7,13 @@
 // softmax and MMA pieces apply unchanged). Every key tile is shared by all the block's heads.
 //
 // Two phases. The prefix tiles 0 .. n_prefix - 1 first; kPrefix (ExtendPrefix) picks how they run:
-//   kStaged (fp8 / nvfp4 / k8v4 at head_dim <= 128): two raw and two bf16 stages,
+//   kStaged (fp8 / nvfp4 / k8v4): two raw and two bf16 stages,
 //     wait raw(i + 1); barrier; cp.async raw(i + 2); dequantize raw(i + 1); S, softmax, O of tile i,
 //   one barrier per tile, each warp's dequantization beside the other warps' MMAs;
 //   kBf16Direct (bf16): straight into three bf16 stages (the third in the raw region), as the
 //     prefill kernel loads its tiles, no conversion pass;
-//   kSingleStage (the f32 cache; fp8 / nvfp4 / k8v4 at head_dim 256): one raw staging buffer and one
-//     bf16 tile, wait raw(i); barrier; dequantize raw(i) -> bf16 tile; barrier; cp.async raw(i + 1);
-//     S, softmax, O;
+//   kSingleStage (the f32 cache): one raw staging buffer and one bf16 tile, wait raw(i); barrier;
+//     round raw(i) -> bf16 tile; barrier; cp.async raw(i + 1); S, softmax, O;
 // each thread's page-table entry read a tile ahead of its copy in the staged modes.
 // Then the chunk's own tiles up to the block's last query, causally: their rows come from the
 // launch's bf16 copy of the chunk's K/V (kv_workspace) straight into three bf16 stages
@@ -223,8 +222,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         // its bf16 stage and raw(i)'s stage are free.
         __syncthreads();
         if (i + 2 < n_prefix) issue_prefix(i + 2);
-        // kStagger (one block per SM, head_dim 128): each thread converts its units of tile i + 1
-        // before attending tile i in the block's first half of warps, after it in the second:
+        // kStagger (one block per SM: head_dim 128, and 256's 8-warp tile): each thread converts its
+        // units of tile i + 1 before attending tile i in the block's first half of warps, after it
+        // in the second:
         // warps w and w + kWarps / 2 share a scheduler, so one's conversion runs beside the other's
         // MMAs (all converting at once left the tensor pipe idle). The next barrier sees both
         // halves' writes. H200, 2026-12-03, bench_prefill_attention --extend --quick, TFLOP/s,
@@ -239,11 +239,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       }
     }
   } else {
-    // The single-stage loop (the header). Head_dim 256's quantized prefixes stay here: the staged
-    // loop measured 1-1.5% slower for nvfp4 and k8v4 there, equal for fp8 (H200, 2026-12-03, 2
-    // blocks per SM either way: nvfp4 32K + 8K 163.6 -> 161.9 TFLOP/s; PERFORMANCE.md thirty-fourth
-    // round). A bf16 prefix never comes here.
-    constexpr unsigned kFormats = kConvertAll & ~format_bit(quant::ElemFormat::kBF16);
+    // The single-stage loop (the header): the f32 cache only.
+    constexpr unsigned kFormats = format_bit(quant::ElemFormat::kF32);
     const uint32_t tile_k = smem, tile_v = smem + S::kTileBytes;
     const uint32_t raw_k = smem + S::kRaw, raw_v = raw_k + S::kRawPartBytes;
     const uint32_t scales_k = smem + S::kScales, scales_v = scales_k + S::kScalePartBytes;

@@ -32,9 +32,8 @@
 namespace nibble::cuda::detail {
 
 // How the extend kernel runs a sequence's prefix tiles (extend_attention_tc.cuh): through one raw
-// staging buffer and one bf16 tile (kSingleStage: the f32 cache, and fp8 / nvfp4 / k8v4 at head_dim
-// 256); through two raw and two bf16 stages (kStaged: fp8, nvfp4, k8v4 at head_dim <= 128); or
-// copied straight into three bf16 stages (kBf16Direct: bf16).
+// staging buffer and one bf16 tile (kSingleStage: the f32 cache); through two raw and two bf16
+// stages (kStaged: fp8, nvfp4, k8v4); or copied straight into three bf16 stages (kBf16Direct: bf16).
 enum class ExtendPrefix { kSingleStage, kStaged, kBf16Direct };
 __host__ __device__ constexpr bool extend_prefix_staged(ExtendPrefix m) {
   return m == ExtendPrefix::kStaged || m == ExtendPrefix::kBf16Direct;
