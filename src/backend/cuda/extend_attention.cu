@@ -12,18 +12,21 @@ namespace nibble::cuda::detail {
 namespace {
 
 // The tile per head_dim and prefix mode: the prefill kernel's default tiles with the lazy-rescale
-// softmax (the extend kernel's phase-dependent softmax scale needs its log2-domain running max).
-// head_dim 256's staged build (fp8 / nvfp4 / k8v4) takes 8 warps with Q in shared memory: 128
-// query rows share each dequantized tile instead of 64, one block per SM. H200, 2026-12-03,
-// bench_prefill_attention --extend, TFLOP/s at 32K + 8K, the 4-warp single-stage build -> this one:
-// nvfp4 162.7 -> 202.3, fp8 185.7 -> 208.4, k8v4 176.9 -> 205.1 (+6-27% over the four shapes;
-// PERFORMANCE.md, thirty-fourth round). The same tile ran a bf16 prefix 7% slower (269 -> 250), so
-// the other modes keep the 4-warp one.
+// softmax (the extend kernel's phase-dependent softmax scale needs its log2-domain running max),
+// except the staged builds (fp8 / nvfp4 / k8v4) at head_dim 64 and 256, which take 8 warps — twice
+// the query rows per dequantized key tile, one block per SM, the conversion staggered — and at 256
+// Q in shared memory. H200, 2026-12-03, bench_prefill_attention --extend, TFLOP/s at 32K + 8K, the
+// 4-warp tile -> 8 warps: d256 (from the single-stage loop) nvfp4 162.7 -> 202.3, fp8 185.7 ->
+// 208.4, k8v4 176.9 -> 205.1 (+6-27% over the four shapes); d64 (staged both) nvfp4 201.3 -> 217.5,
+// fp8 211.9 -> 226.2, k8v4 206.3 -> 222.5 (+4-9%; PERFORMANCE.md, thirty-fourth round). The 8-warp
+// d256 tile ran a bf16 prefix 7% slower (269 -> 250): the other modes keep the 4-warp tiles.
 template <int D, ExtendPrefix kPrefix>
 struct ExtendTileFor;
 template <ExtendPrefix kPrefix>
 struct ExtendTileFor<64, kPrefix> {
-  using type = PrefillTile<64, 4, 2, 64, 2, false, 2, PrefillSchedule::kLazyRescale>;
+  using type = std::conditional_t<kPrefix == ExtendPrefix::kStaged,
+                                  PrefillTile<64, 8, 2, 64, 1, false, 2, PrefillSchedule::kLazyRescale>,
+                                  PrefillTile<64, 4, 2, 64, 2, false, 2, PrefillSchedule::kLazyRescale>>;
 };
 template <ExtendPrefix kPrefix>
 struct ExtendTileFor<128, kPrefix> {
