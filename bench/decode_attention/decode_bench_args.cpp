@@ -67,6 +67,17 @@ std::vector<quant::KvDtype> parse_formats(const std::string& text, const std::st
   return formats;
 }
 
+std::vector<int> parse_groups(const std::string& text, const std::string& flag) {
+  std::vector<int> groups;
+  for (const std::string& item : split_items(text)) {
+    int64_t group = 0;
+    NIBBLE_CHECK(read_integer(item, 1, kMaxShapeGroup, group), "{}: '{}' is not a group size (an integer, 1 to {})",
+                 flag, item, kMaxShapeGroup);
+    groups.push_back(static_cast<int>(group));
+  }
+  return groups;
+}
+
 std::vector<WriteShape> parse_write_shapes(const std::string& text, quant::Nvfp4ScaleRule rule) {
   std::vector<WriteShape> shapes;
   for (const std::string& item : split_items(text)) {

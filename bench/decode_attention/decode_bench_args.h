@@ -39,6 +39,8 @@ std::vector<std::string> split_at(const std::string& text, char sep);
 std::vector<DecodeShape> parse_decode_shapes(const std::string& text);
 // "bf16,fp8,nvfp4,k8v4" -> formats (quant::parse_kv_dtype's names); errors name `flag`.
 std::vector<quant::KvDtype> parse_formats(const std::string& text, const std::string& flag = "--formats");
+// "1,4,8" -> GQA groups (query heads per KV head, each an integer in [1, kMaxShapeGroup]); errors name `flag`.
+std::vector<int> parse_groups(const std::string& text, const std::string& flag);
 // "65536:1,65536:0.37" -> write shapes (1 <= TOKENS <= kMaxWriteTokens, G finite and > 0), each with `rule`.
 std::vector<WriteShape> parse_write_shapes(const std::string& text, quant::Nvfp4ScaleRule rule);
 

@@ -6,10 +6,12 @@
 // the same run (the practical ceiling). FLOPs are counted causally: 4 · seq² · head_dim ·
 // q_heads / 2 per sequence (QK^T and PV, half the square).
 //
-//   bench_prefill_attention [--quick] [--tiles] [--extend] [--extend-formats bf16,fp8,...] [--json FILE]
+//   bench_prefill_attention [--quick] [--tiles] [--extend] [--extend-formats bf16,fp8,...]
+//                           [--extend-gqa 4,8,...] [--json FILE]
 //
 //   --extend-formats  the extend section's prefix formats, in order (default bf16,fp8,nvfp4,k8v4);
 //            one format makes the run's extend launches that format's alone (e.g. for ncu)
+//   --extend-gqa  the extend section's query heads per KV head (8 KV heads), in order (default 4)
 //   --extend extend (chunk over a cached prefix, extend_bench.cpp) only: tensor-core
 //            extend_attention vs the CUDA-core chunk_attention, bf16 / fp8 / nvfp4 / k8v4 prefixes
 //   --tiles  also time every tile configuration built (cuda::prefill_tile_name) at 2K and 8K
@@ -180,6 +182,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::vector<nibble::quant::KvDtype> extend_formats = {nibble::quant::KvDtype::kBF16, nibble::quant::KvDtype::kFP8,
                                                         nibble::quant::KvDtype::kNVFP4, nibble::quant::KvDtype::kK8V4};
+  std::vector<int> extend_groups = {4};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
@@ -197,9 +200,17 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "bench_prefill_attention: {}\n", e.what());
         return 2;
       }
+    } else if (arg == "--extend-gqa" && i + 1 < argc) {
+      try {
+        extend_groups = nibble::bench::parse_groups(argv[++i], "--extend-gqa");  // decode_bench_args.h
+      } catch (const nibble::Error& e) {
+        fmt::print(stderr, "bench_prefill_attention: {}\n", e.what());
+        return 2;
+      }
     } else {
       fmt::print(stderr,
-                 "usage: {} [--quick] [--tiles] [--extend] [--extend-formats bf16,fp8,...] [--json FILE]\n"
+                 "usage: {} [--quick] [--tiles] [--extend] [--extend-formats bf16,fp8,...] [--extend-gqa 4,8,...] "
+                 "[--json FILE]\n"
                  "unknown argument '{}'\n",
                  argv[0], arg);
       return 2;
@@ -218,7 +229,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json json = {{"device", prop.name}, {"gemm_tflops", gemm}, {"rows", nlohmann::json::array()}};
   if (extend) {
-    nibble::bench::run_extend_bench(gemm, quick, extend_formats, json);
+    nibble::bench::run_extend_bench(gemm, quick, extend_formats, extend_groups, json);
     if (!json_path.empty()) std::ofstream(json_path) << json.dump(2) << "\n";
     return 0;
   }

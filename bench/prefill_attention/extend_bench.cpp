@@ -1,6 +1,6 @@
 // The extend section of bench_prefill_attention: a chunk of C new tokens over a cached prefix of P
 // tokens (one sequence, page size 16 as the engine uses it), head_dim 128 and 64 (--quick) or 64, 128
-// and 256, 32 query / 8 KV heads.
+// and 256, 8 KV heads with 4 query heads each (--extend-gqa for others).
 // FLOPs: 4 · head_dim · q_heads · (C · P + C² / 2) (QK^T and PV over the prefix, causal over the
 // chunk). Timed: one extend_attention call as an extend-only engine step makes it (the prefix
 // already in the pool, q/k/v f32 as the model passes them): the own K/V's bf16 conversion and the
@@ -27,32 +27,32 @@ namespace nibble::bench {
 
 namespace {
 
-constexpr int64_t kQHeads = 32;
 constexpr int64_t kKvHeads = 8;
 constexpr int64_t kPageSize = 16;
 
 // One sequence: prefix P cached in a pool of `dtype`, C new tokens.
 struct ExtendStep {
-  int64_t prefix, chunk, head_dim;
+  int64_t prefix, chunk, head_dim, q_heads;
   cache::PageLayout layout;
   DeviceMem q, k, v, out, seq_info, pool, page_table, work, kv_bf16;
   int64_t num_work = 0;
-  ExtendStep(int64_t prefix_, int64_t chunk_, int64_t head_dim_, quant::KvDtype dtype)
+  ExtendStep(int64_t prefix_, int64_t chunk_, int64_t head_dim_, int64_t q_heads_, quant::KvDtype dtype)
       : prefix(prefix_),
         chunk(chunk_),
         head_dim(head_dim_),
+        q_heads(q_heads_),
         layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = head_dim}, dtype, kPageSize),
-        q(chunk * kQHeads * head_dim * 4),
+        q(chunk * q_heads * head_dim * 4),
         k(chunk * kKvHeads * head_dim * 4),
         v(chunk * kKvHeads * head_dim * 4),
-        out(chunk * kQHeads * head_dim * 4),
+        out(chunk * q_heads * head_dim * 4),
         seq_info(cuda::kSeqInfoFields * 4),
         pool(pages() * layout.page_bytes()),
         page_table(pages() * 4),
         work((chunk / cuda::kChunkQueryTile + 1) * 2 * 4),
         kv_bf16(cuda::prefill_workspace_bytes(chunk, kKvHeads, head_dim)) {
     // Constant finite patterns in every format (bf16 0x2222, E4M3 0x22, E2M1 code 2 with scale 0x22).
-    NIBBLE_CUDA_CHECK(cudaMemset(q.p, 0x3C, chunk * kQHeads * head_dim * 4));
+    NIBBLE_CUDA_CHECK(cudaMemset(q.p, 0x3C, chunk * q_heads * head_dim * 4));
     NIBBLE_CUDA_CHECK(cudaMemset(k.p, 0x3B, chunk * kKvHeads * head_dim * 4));
     NIBBLE_CUDA_CHECK(cudaMemset(v.p, 0xBC, chunk * kKvHeads * head_dim * 4));
     NIBBLE_CUDA_CHECK(cudaMemset(pool.p, 0x22, pages() * layout.page_bytes()));
@@ -68,14 +68,14 @@ struct ExtendStep {
   }
   int64_t pages() const { return (prefix + chunk + kPageSize - 1) / kPageSize; }
   double flops() const {
-    return 4.0 * head_dim * kQHeads * (static_cast<double>(chunk) * prefix + static_cast<double>(chunk) * chunk / 2.0);
+    return 4.0 * head_dim * q_heads * (static_cast<double>(chunk) * prefix + static_cast<double>(chunk) * chunk / 2.0);
   }
   cuda::ExtendAttentionParams extend_params() const {
     return {.q = q.as<float>(), .k = k.as<float>(), .v = v.as<float>(), .out = out.as<float>(),
             .seq_info = seq_info.as<int32_t>(), .num_seqs = 1, .total_tokens = chunk, .max_new_tokens = chunk,
             .pool = pool.as<uint8_t>(), .page_tables = page_table.as<int32_t>(), .max_pages_per_seq = pages(),
             .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
-            .num_q_heads = kQHeads, .num_kv_heads = kKvHeads, .head_dim = head_dim,
+            .num_q_heads = q_heads, .num_kv_heads = kKvHeads, .head_dim = head_dim,
             .softmax_scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), .kv_workspace = kv_bf16.p};
   }
   cuda::ChunkAttentionParams chunk_params() const {
@@ -83,7 +83,7 @@ struct ExtendStep {
             .work = work.as<int32_t>(), .num_work = num_work, .seq_info = seq_info.as<int32_t>(), .num_seqs = 1,
             .pool = pool.as<uint8_t>(), .page_tables = page_table.as<int32_t>(), .max_pages_per_seq = pages(),
             .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
-            .num_q_heads = kQHeads, .num_kv_heads = kKvHeads, .head_dim = head_dim,
+            .num_q_heads = q_heads, .num_kv_heads = kKvHeads, .head_dim = head_dim,
             .softmax_scale = 1.0f / std::sqrt(static_cast<float>(head_dim))};
   }
 };
@@ -91,43 +91,46 @@ struct ExtendStep {
 }  // namespace
 
 void run_extend_bench(double gemm_tflops, bool quick, const std::vector<quant::KvDtype>& formats,
-                      nlohmann::json& json) {
+                      const std::vector<int>& groups, nlohmann::json& json) {
   struct Shape {
     int64_t prefix, chunk;
   };
   const std::vector<Shape> shapes = quick ? std::vector<Shape>{{8192, 2048}, {32768, 8192}}
                                           : std::vector<Shape>{{8192, 2048}, {8192, 8192}, {32768, 2048}, {32768, 8192}};
-  for (const int64_t head_dim : quick ? std::vector<int64_t>{128, 64} : std::vector<int64_t>{128, 64, 256}) {
-    fmt::print("\nextend (chunk over a cached prefix): head_dim {}, {} q / {} kv heads, one sequence, page {}\n",
-               head_dim, kQHeads, kKvHeads, kPageSize);
-    fmt::print("FLOPs = 4 * head_dim * q_heads * (chunk * prefix + chunk^2 / 2); floor = FLOPs at the cuBLAS rate "
-               "({:.0f} TFLOP/s)\n",
-               gemm_tflops);
-    fmt::print("  {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>10} {:>14} {:>8}\n", "prefix", "chunk", "kv", "tc ms",
-               "TFLOP/s", "%cuBLAS", "floor ms", "chunk_attn ms", "TFLOP/s");
-    for (const Shape& shape : shapes) {
-      for (const quant::KvDtype dtype : formats) {
-        const ExtendStep step(shape.prefix, shape.chunk, head_dim, dtype);
-        const auto params = step.extend_params();
-        const double s = median_seconds([&] { cuda::extend_attention(params, nullptr); });
-        const double tflops = step.flops() / s * 1e-12;
-        // chunk_attention (f32, CUDA cores) only on the smallest shape at head_dim 128: ~10 TFLOP/s
-        // makes the others seconds.
-        double chunk_s = 0.0;
-        const bool time_chunk = head_dim == 128 && shape.prefix == 8192 && shape.chunk == 2048 &&
-                                (dtype == quant::KvDtype::kBF16 || dtype == quant::KvDtype::kNVFP4);
-        if (time_chunk) {
-          const auto cp = step.chunk_params();
-          chunk_s = median_seconds([&] { cuda::chunk_attention(cp, nullptr); });
+  for (const int group : groups) {
+    const int64_t q_heads = kKvHeads * group;
+    for (const int64_t head_dim : quick ? std::vector<int64_t>{128, 64} : std::vector<int64_t>{128, 64, 256}) {
+      fmt::print("\nextend (chunk over a cached prefix): head_dim {}, {} q / {} kv heads, one sequence, page {}\n",
+                 head_dim, q_heads, kKvHeads, kPageSize);
+      fmt::print("FLOPs = 4 * head_dim * q_heads * (chunk * prefix + chunk^2 / 2); floor = FLOPs at the cuBLAS rate "
+                 "({:.0f} TFLOP/s)\n",
+                 gemm_tflops);
+      fmt::print("  {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>10} {:>14} {:>8}\n", "prefix", "chunk", "kv", "tc ms",
+                 "TFLOP/s", "%cuBLAS", "floor ms", "chunk_attn ms", "TFLOP/s");
+      for (const Shape& shape : shapes) {
+        for (const quant::KvDtype dtype : formats) {
+          const ExtendStep step(shape.prefix, shape.chunk, head_dim, q_heads, dtype);
+          const auto params = step.extend_params();
+          const double s = median_seconds([&] { cuda::extend_attention(params, nullptr); });
+          const double tflops = step.flops() / s * 1e-12;
+          // chunk_attention (f32, CUDA cores) only on the smallest shape at head_dim 128: ~10 TFLOP/s
+          // makes the others seconds.
+          double chunk_s = 0.0;
+          const bool time_chunk = head_dim == 128 && shape.prefix == 8192 && shape.chunk == 2048 &&
+                                  (dtype == quant::KvDtype::kBF16 || dtype == quant::KvDtype::kNVFP4);
+          if (time_chunk) {
+            const auto cp = step.chunk_params();
+            chunk_s = median_seconds([&] { cuda::chunk_attention(cp, nullptr); });
+          }
+          fmt::print("  {:>6} {:>6} {:>6} {:>10.3f} {:>8.1f} {:>7.1f}% {:>10.3f} {:>14} {:>8}\n", shape.prefix,
+                     shape.chunk, quant::kv_dtype_name(dtype), s * 1e3, tflops, 100.0 * tflops / gemm_tflops,
+                     step.flops() / (gemm_tflops * 1e12) * 1e3,
+                     time_chunk ? fmt::format("{:.3f}", chunk_s * 1e3) : std::string("-"),
+                     time_chunk ? fmt::format("{:.1f}", step.flops() / chunk_s * 1e-12) : std::string("-"));
+          json["extend"].push_back({{"head_dim", head_dim}, {"gqa", group}, {"prefix", shape.prefix},
+                                    {"chunk", shape.chunk}, {"kv", quant::kv_dtype_name(dtype)}, {"ms", s * 1e3},
+                                    {"tflops", tflops}, {"chunk_attention_ms", chunk_s * 1e3}});
         }
-        fmt::print("  {:>6} {:>6} {:>6} {:>10.3f} {:>8.1f} {:>7.1f}% {:>10.3f} {:>14} {:>8}\n", shape.prefix,
-                   shape.chunk, quant::kv_dtype_name(dtype), s * 1e3, tflops, 100.0 * tflops / gemm_tflops,
-                   step.flops() / (gemm_tflops * 1e12) * 1e3,
-                   time_chunk ? fmt::format("{:.3f}", chunk_s * 1e3) : std::string("-"),
-                   time_chunk ? fmt::format("{:.1f}", step.flops() / chunk_s * 1e-12) : std::string("-"));
-        json["extend"].push_back({{"head_dim", head_dim}, {"prefix", shape.prefix}, {"chunk", shape.chunk},
-                                  {"kv", quant::kv_dtype_name(dtype)}, {"ms", s * 1e3}, {"tflops", tflops},
-                                  {"chunk_attention_ms", chunk_s * 1e3}});
       }
     }
   }

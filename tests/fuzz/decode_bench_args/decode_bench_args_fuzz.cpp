@@ -1,8 +1,9 @@
 // Fuzz target for bench_decode_attention's command line: the first byte picks the parser (--shapes,
-// --formats, --write-shapes, or the whole command line with one argument per line), the rest is its
-// text. Any input either parses into values inside the documented bounds (one per comma-separated
-// item for a list flag) or throws nibble::Error; anything else (a crash, a sanitizer report, another
-// exception, a value out of bounds) is a finding.
+// --formats and the group lists of bench_prefill_attention's --extend-gqa, --write-shapes, or the
+// whole command line with one argument per line), the rest is its text. Any input either parses
+// into values inside the documented bounds (one per comma-separated item for a list flag) or throws
+// nibble::Error; anything else (a crash, a sanitizer report, another exception, a value out of
+// bounds) is a finding.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -64,7 +65,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 1:
-        if (parse_formats(text).size() != items(text)) std::abort();
+        // The two plain list parsers on the same text (a format list, then a group list).
+        try {
+          if (parse_formats(text).size() != items(text)) std::abort();
+        } catch (const nibble::Error&) {
+        }
+        {
+          const std::vector<int> groups = parse_groups(text, "--extend-gqa");
+          if (groups.size() != items(text)) std::abort();
+          for (int g : groups)
+            if (g < 1 || g > kMaxShapeGroup) std::abort();
+        }
         break;
       case 2: {
         const std::vector<WriteShape> shapes = parse_write_shapes(text, nibble::quant::Nvfp4ScaleRule::kAmaxOver6);

@@ -60,6 +60,12 @@ TEST(DecodeBenchArgs, FormatsReadNamesInOrder) {
   EXPECT_EQ(f, (std::vector<KvDtype>{KvDtype::kNVFP4, KvDtype::kFP8, KvDtype::kBF16, KvDtype::kK8V4, KvDtype::kF32}));
   expect_error([] { parse_formats("fp8,fp4"); }, {"--formats", "'fp4'"});
   expect_error([] { parse_formats("fp8,"); }, {"--formats", "''"});
+  EXPECT_EQ(parse_groups("1,4,8", "--extend-gqa"), (std::vector<int>{1, 4, 8}));
+  EXPECT_EQ(parse_groups("256", "--extend-gqa"), (std::vector<int>{256}));
+  expect_error([] { parse_groups("4,0", "--extend-gqa"); }, {"--extend-gqa", "'0'"});
+  expect_error([] { parse_groups("257", "--extend-gqa"); }, {"--extend-gqa", "'257'", "1 to 256"});
+  expect_error([] { parse_groups("4,,8", "--extend-gqa"); }, {"--extend-gqa", "''"});
+  expect_error([] { parse_groups("+4", "--extend-gqa"); }, {"--extend-gqa", "'+4'"});
   expect_error([] { parse_formats("FP8"); }, {"--formats", "'FP8'"});
 }
 
