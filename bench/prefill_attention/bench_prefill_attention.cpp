@@ -193,16 +193,13 @@ int main(int argc, char** argv) {
       extend = true;
     } else if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
-    } else if (arg == "--extend-formats" && i + 1 < argc) {
-      try {
-        extend_formats = nibble::bench::parse_formats(argv[++i], "--extend-formats");  // decode_bench_args.h
-      } catch (const nibble::Error& e) {
-        fmt::print(stderr, "bench_prefill_attention: {}\n", e.what());
-        return 2;
-      }
-    } else if (arg == "--extend-gqa" && i + 1 < argc) {
-      try {
-        extend_groups = nibble::bench::parse_groups(argv[++i], "--extend-gqa");  // decode_bench_args.h
+    } else if ((arg == "--extend-formats" || arg == "--extend-gqa") && i + 1 < argc) {
+      try {  // decode_bench_args.h's list parsers; their errors name the flag
+        if (arg == "--extend-formats") {
+          extend_formats = nibble::bench::parse_formats(argv[++i], arg);
+        } else {
+          extend_groups = nibble::bench::parse_groups(argv[++i], arg);
+        }
       } catch (const nibble::Error& e) {
         fmt::print(stderr, "bench_prefill_attention: {}\n", e.what());
         return 2;
