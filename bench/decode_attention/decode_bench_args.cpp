@@ -78,6 +78,20 @@ std::vector<int> parse_groups(const std::string& text, const std::string& flag) 
   return groups;
 }
 
+std::vector<ExtendShape> parse_extend_shapes(const std::string& text, const std::string& flag) {
+  std::vector<ExtendShape> shapes;
+  for (const std::string& item : split_items(text)) {
+    const size_t colon = item.find(':');
+    int64_t prefix = 0, chunk = 0;
+    const bool ok = colon != std::string::npos && read_integer(item.substr(0, colon), 1, kMaxExtendPrefix, prefix) &&
+                    read_integer(item.substr(colon + 1), 1, kMaxExtendChunk, chunk);
+    NIBBLE_CHECK(ok, "{}: '{}' is not PREFIX:CHUNK (integers, 1 <= PREFIX <= {}, 1 <= CHUNK <= {})", flag, item,
+                 kMaxExtendPrefix, kMaxExtendChunk);
+    shapes.push_back({prefix, chunk});
+  }
+  return shapes;
+}
+
 std::vector<WriteShape> parse_write_shapes(const std::string& text, quant::Nvfp4ScaleRule rule) {
   std::vector<WriteShape> shapes;
   for (const std::string& item : split_items(text)) {

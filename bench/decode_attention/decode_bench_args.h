@@ -41,6 +41,17 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text);
 std::vector<quant::KvDtype> parse_formats(const std::string& text, const std::string& flag = "--formats");
 // "1,4,8" -> GQA groups (query heads per KV head, each an integer in [1, kMaxShapeGroup]); errors name `flag`.
 std::vector<int> parse_groups(const std::string& text, const std::string& flag);
+// One extend shape (bench_prefill_attention --extend-shapes): `chunk` new tokens over `prefix`
+// cached ones.
+struct ExtendShape {
+  int64_t prefix;
+  int64_t chunk;
+};
+inline constexpr int64_t kMaxExtendPrefix = int64_t{1} << 20;  // 1M tokens
+inline constexpr int64_t kMaxExtendChunk = int64_t{1} << 16;
+// "32768:64,131072:512" -> extend shapes (PREFIX:CHUNK, 1 <= PREFIX <= kMaxExtendPrefix, 1 <= CHUNK <=
+// kMaxExtendChunk); errors name `flag`.
+std::vector<ExtendShape> parse_extend_shapes(const std::string& text, const std::string& flag);
 // "65536:1,65536:0.37" -> write shapes (1 <= TOKENS <= kMaxWriteTokens, G finite and > 0), each with `rule`.
 std::vector<WriteShape> parse_write_shapes(const std::string& text, quant::Nvfp4ScaleRule rule);
 

@@ -7,11 +7,13 @@
 // q_heads / 2 per sequence (QK^T and PV, half the square).
 //
 //   bench_prefill_attention [--quick] [--tiles] [--extend] [--extend-formats bf16,fp8,...]
-//                           [--extend-gqa 4,8,...] [--json FILE]
+//                           [--extend-gqa 4,8,...] [--extend-shapes PREFIX:CHUNK,...] [--json FILE]
 //
 //   --extend-formats  the extend section's prefix formats, in order (default bf16,fp8,nvfp4,k8v4);
 //            one format makes the run's extend launches that format's alone (e.g. for ncu)
 //   --extend-gqa  the extend section's query heads per KV head (8 KV heads), in order (default 4)
+//   --extend-shapes  the extend section's prefix + chunk shapes, in order (default 8192:2048,
+//            8192:8192, 32768:2048, 32768:8192); e.g. 32768:64 for an agent's turn over a long context
 //   --extend extend (chunk over a cached prefix, extend_bench.cpp) only: tensor-core
 //            extend_attention vs the CUDA-core chunk_attention, bf16 / fp8 / nvfp4 / k8v4 prefixes
 //   --tiles  also time every tile configuration built (cuda::prefill_tile_name) at 2K and 8K
@@ -183,6 +185,7 @@ int main(int argc, char** argv) {
   std::vector<nibble::quant::KvDtype> extend_formats = {nibble::quant::KvDtype::kBF16, nibble::quant::KvDtype::kFP8,
                                                         nibble::quant::KvDtype::kNVFP4, nibble::quant::KvDtype::kK8V4};
   std::vector<int> extend_groups = {4};
+  std::vector<nibble::bench::ExtendShape> extend_shapes;  // empty: the default sweep
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
@@ -193,12 +196,14 @@ int main(int argc, char** argv) {
       extend = true;
     } else if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
-    } else if ((arg == "--extend-formats" || arg == "--extend-gqa") && i + 1 < argc) {
+    } else if ((arg == "--extend-formats" || arg == "--extend-gqa" || arg == "--extend-shapes") && i + 1 < argc) {
       try {  // decode_bench_args.h's list parsers; their errors name the flag
         if (arg == "--extend-formats") {
           extend_formats = nibble::bench::parse_formats(argv[++i], arg);
-        } else {
+        } else if (arg == "--extend-gqa") {
           extend_groups = nibble::bench::parse_groups(argv[++i], arg);
+        } else {
+          extend_shapes = nibble::bench::parse_extend_shapes(argv[++i], arg);
         }
       } catch (const nibble::Error& e) {
         fmt::print(stderr, "bench_prefill_attention: {}\n", e.what());
@@ -207,7 +212,7 @@ int main(int argc, char** argv) {
     } else {
       fmt::print(stderr,
                  "usage: {} [--quick] [--tiles] [--extend] [--extend-formats bf16,fp8,...] [--extend-gqa 4,8,...] "
-                 "[--json FILE]\n"
+                 "[--extend-shapes PREFIX:CHUNK,...] [--json FILE]\n"
                  "unknown argument '{}'\n",
                  argv[0], arg);
       return 2;
@@ -226,7 +231,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json json = {{"device", prop.name}, {"gemm_tflops", gemm}, {"rows", nlohmann::json::array()}};
   if (extend) {
-    nibble::bench::run_extend_bench(gemm, quick, extend_formats, extend_groups, json);
+    nibble::bench::run_extend_bench(gemm, quick, extend_formats, extend_groups, extend_shapes, json);
     if (!json_path.empty()) std::ofstream(json_path) << json.dump(2) << "\n";
     return 0;
   }

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -34,14 +35,19 @@ constexpr int64_t kPageSize = 16;
 struct ExtendStep {
   int64_t prefix, chunk, head_dim, q_heads;
   cache::PageLayout layout;
+  int num_sms;
+  const DeviceMem& split;  // the run's split workspace (allocated once: no step's allocations move)
   DeviceMem q, k, v, out, seq_info, pool, page_table, work, kv_bf16;
   int64_t num_work = 0;
-  ExtendStep(int64_t prefix_, int64_t chunk_, int64_t head_dim_, int64_t q_heads_, quant::KvDtype dtype)
+  ExtendStep(int64_t prefix_, int64_t chunk_, int64_t head_dim_, int64_t q_heads_, quant::KvDtype dtype, int sms,
+             const DeviceMem& split_)
       : prefix(prefix_),
         chunk(chunk_),
         head_dim(head_dim_),
         q_heads(q_heads_),
         layout({.num_layers = 1, .kv_heads = kKvHeads, .head_dim = head_dim}, dtype, kPageSize),
+        num_sms(sms),
+        split(split_),
         q(chunk * q_heads * head_dim * 4),
         k(chunk * kKvHeads * head_dim * 4),
         v(chunk * kKvHeads * head_dim * 4),
@@ -76,8 +82,12 @@ struct ExtendStep {
             .pool = pool.as<uint8_t>(), .page_tables = page_table.as<int32_t>(), .max_pages_per_seq = pages(),
             .page_bytes = layout.page_bytes(), .k_layout = layout.k(0), .v_layout = layout.v(0),
             .num_q_heads = q_heads, .num_kv_heads = kKvHeads, .head_dim = head_dim,
-            .softmax_scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), .kv_workspace = kv_bf16.p};
+            .softmax_scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), .kv_workspace = kv_bf16.p,
+            .extend_seqs = 1, .extend_tokens = chunk, .max_prefix_tokens = prefix, .num_sms = num_sms,
+            .split_workspace = split.p, .split_workspace_bytes = cuda::extend_split_workspace_bytes(head_dim, num_sms)};
   }
+  // The cached prefix's bytes (every KV head's K and V, nvfp4 scales included).
+  double prefix_bytes() const { return static_cast<double>(prefix) * layout.page_bytes() / kPageSize; }
   cuda::ChunkAttentionParams chunk_params() const {
     return {.q = q.as<float>(), .k = k.as<float>(), .v = v.as<float>(), .out = out.as<float>(),
             .work = work.as<int32_t>(), .num_work = num_work, .seq_info = seq_info.as<int32_t>(), .num_seqs = 1,
@@ -91,12 +101,18 @@ struct ExtendStep {
 }  // namespace
 
 void run_extend_bench(double gemm_tflops, bool quick, const std::vector<quant::KvDtype>& formats,
-                      const std::vector<int>& groups, nlohmann::json& json) {
-  struct Shape {
-    int64_t prefix, chunk;
-  };
-  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{8192, 2048}, {32768, 8192}}
-                                          : std::vector<Shape>{{8192, 2048}, {8192, 8192}, {32768, 2048}, {32768, 8192}};
+                      const std::vector<int>& groups, const std::vector<ExtendShape>& shape_list,
+                      nlohmann::json& json) {
+  const std::vector<ExtendShape> shapes =
+      !shape_list.empty() ? shape_list
+      : quick             ? std::vector<ExtendShape>{{8192, 2048}, {32768, 8192}}
+                          : std::vector<ExtendShape>{{8192, 2048}, {8192, 8192}, {32768, 2048}, {32768, 8192}};
+  int device = 0, sms = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int64_t split_bytes = 0;
+  for (const int64_t d : {64, 128, 256}) split_bytes = std::max(split_bytes, cuda::extend_split_workspace_bytes(d, sms));
+  const DeviceMem split(split_bytes);
   for (const int group : groups) {
     const int64_t q_heads = kKvHeads * group;
     for (const int64_t head_dim : quick ? std::vector<int64_t>{128, 64} : std::vector<int64_t>{128, 64, 256}) {
@@ -105,14 +121,24 @@ void run_extend_bench(double gemm_tflops, bool quick, const std::vector<quant::K
       fmt::print("FLOPs = 4 * head_dim * q_heads * (chunk * prefix + chunk^2 / 2); floor = FLOPs at the cuBLAS rate "
                  "({:.0f} TFLOP/s)\n",
                  gemm_tflops);
-      fmt::print("  {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>10} {:>14} {:>8}\n", "prefix", "chunk", "kv", "tc ms",
-                 "TFLOP/s", "%cuBLAS", "floor ms", "chunk_attn ms", "TFLOP/s");
-      for (const Shape& shape : shapes) {
+      fmt::print("prefix GB/s = the cached prefix's bytes / time; parts = the launcher's prefix split "
+                 "(extend_split.h), and where > 1 the same call unsplit beside it\n");
+      fmt::print("  {:>7} {:>6} {:>6} {:>10} {:>8} {:>8} {:>10} {:>8} {:>5} {:>10} {:>14} {:>8}\n", "prefix", "chunk",
+                 "kv", "tc ms", "TFLOP/s", "%cuBLAS", "floor ms", "GB/s", "parts", "unsplit ms", "chunk_attn ms",
+                 "TFLOP/s");
+      for (const ExtendShape& shape : shapes) {
         for (const quant::KvDtype dtype : formats) {
-          const ExtendStep step(shape.prefix, shape.chunk, head_dim, q_heads, dtype);
+          const ExtendStep step(shape.prefix, shape.chunk, head_dim, q_heads, dtype, sms, split);
           const auto params = step.extend_params();
+          const int parts = cuda::extend_attention_splits(params);
           const double s = median_seconds([&] { cuda::extend_attention(params, nullptr); });
           const double tflops = step.flops() / s * 1e-12;
+          double unsplit_s = 0.0;
+          if (parts > 1) {
+            auto unsplit = params;
+            unsplit.prefix_splits = 1;
+            unsplit_s = median_seconds([&] { cuda::extend_attention(unsplit, nullptr); });
+          }
           // chunk_attention (f32, CUDA cores) only on the smallest shape at head_dim 128: ~10 TFLOP/s
           // makes the others seconds.
           double chunk_s = 0.0;
@@ -122,14 +148,18 @@ void run_extend_bench(double gemm_tflops, bool quick, const std::vector<quant::K
             const auto cp = step.chunk_params();
             chunk_s = median_seconds([&] { cuda::chunk_attention(cp, nullptr); });
           }
-          fmt::print("  {:>6} {:>6} {:>6} {:>10.3f} {:>8.1f} {:>7.1f}% {:>10.3f} {:>14} {:>8}\n", shape.prefix,
-                     shape.chunk, quant::kv_dtype_name(dtype), s * 1e3, tflops, 100.0 * tflops / gemm_tflops,
-                     step.flops() / (gemm_tflops * 1e12) * 1e3,
+          fmt::print("  {:>7} {:>6} {:>6} {:>10.3f} {:>8.1f} {:>7.1f}% {:>10.3f} {:>8.0f} {:>5} {:>10} {:>14} {:>8}\n",
+                     shape.prefix, shape.chunk, quant::kv_dtype_name(dtype), s * 1e3, tflops,
+                     100.0 * tflops / gemm_tflops, step.flops() / (gemm_tflops * 1e12) * 1e3,
+                     step.prefix_bytes() / s * 1e-9, parts,
+                     parts > 1 ? fmt::format("{:.3f}", unsplit_s * 1e3) : std::string("-"),
                      time_chunk ? fmt::format("{:.3f}", chunk_s * 1e3) : std::string("-"),
                      time_chunk ? fmt::format("{:.1f}", step.flops() / chunk_s * 1e-12) : std::string("-"));
           json["extend"].push_back({{"head_dim", head_dim}, {"gqa", group}, {"prefix", shape.prefix},
                                     {"chunk", shape.chunk}, {"kv", quant::kv_dtype_name(dtype)}, {"ms", s * 1e3},
-                                    {"tflops", tflops}, {"chunk_attention_ms", chunk_s * 1e3}});
+                                    {"tflops", tflops}, {"chunk_attention_ms", chunk_s * 1e3},
+                                    {"prefix_gbps", step.prefix_bytes() / s * 1e-9}, {"parts", parts},
+                                    {"unsplit_ms", unsplit_s * 1e3}});
         }
       }
     }

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "decode_bench_args.h"  // ExtendShape
 #include "quant/kv_format.h"
 
 namespace nibble::bench {
@@ -15,7 +16,10 @@ namespace nibble::bench {
 // in reasonable time; prints TFLOP/s and the fraction of `gemm_tflops` (cuBLAS, this run); rows
 // appended to json["extend"]. `formats`: the prefixes' KV formats, in order (--extend-formats; e.g.
 // one, for a profiler).
+// `shapes` (--extend-shapes): the prefix + chunk shapes, or empty for the default sweep. Where the
+// launcher splits the prefix (extend_split.h: short chunks over long prefixes), the same call is
+// also timed unsplit.
 void run_extend_bench(double gemm_tflops, bool quick, const std::vector<quant::KvDtype>& formats,
-                      const std::vector<int>& groups, nlohmann::json& json);
+                      const std::vector<int>& groups, const std::vector<ExtendShape>& shapes, nlohmann::json& json);
 
 }  // namespace nibble::bench

@@ -116,6 +116,7 @@ CudaBackend::~CudaBackend() {
   graphs_.clear();
   sampling_.release();
   prefill_workspace_ = StreamBuffer();  // freed on stream_, before it is destroyed
+  extend_split_workspace_ = StreamBuffer();
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (bf16_scratch_ != nullptr) cudaFree(bf16_scratch_);
   if (blas_workspace_ != nullptr) cudaFree(blas_workspace_);
@@ -199,6 +200,9 @@ std::unique_ptr<PlannedStep> CudaBackend::plan(const StepPlan& plan) {
     prefill_workspace_.reserve(
         cuda::prefill_workspace_bytes(plan.total_tokens, geometry_->shape.num_kv_heads, geometry_->shape.head_dim),
         stream_);
+  }
+  if (step->num_extend() > 0 && geometry_.has_value() && tensor_core_prefill(geometry_->shape.head_dim)) {
+    extend_split_workspace_.reserve(cuda::extend_split_workspace_bytes(geometry_->shape.head_dim, num_sms_), stream_);
   }
   // A decode step (every sequence decodes) with a declared geometry runs through a graph entry.
   const bool graph_step = graphs_enabled_ && geometry_.has_value() && step->all_decode() &&
@@ -630,9 +634,20 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
   // Extend sequences on the tensor cores too (extend_attention: the quantized prefix tile by tile
   // from the pages, then the chunk's own K/V causally).
   if (tc_extend) {
-    int64_t max_extend = 0;
+    // The grid's bound and the prefix split's hints (extend_attention.h): the extend sequences'
+    // longest chunk, their new tokens in all, their longest prefix.
+    int64_t max_extend = 0, extend_tokens = 0, max_prefix = 0;
     for (const SequencePlan& sp : plan.seqs) {
-      if (sp.path() == AttentionPath::kExtend) max_extend = std::max(max_extend, sp.num_new_tokens);
+      if (sp.path() != AttentionPath::kExtend) continue;
+      max_extend = std::max(max_extend, sp.num_new_tokens);
+      extend_tokens += sp.num_new_tokens;
+      max_prefix = std::max(max_prefix, sp.first_position);
+    }
+    if (extend_split_workspace_.bytes() == 0) {  // no geometry declared before plan() (op tests)
+      NIBBLE_CHECK(recorder_.mode() == GraphMode::kEager,
+                   "attention: the extend split workspace was not sized in plan(); it cannot grow inside a "
+                   "CUDA-graph capture");
+      extend_split_workspace_.reserve(cuda::extend_split_workspace_bytes(d, num_sms_), stream_);
     }
     const cuda::ExtendAttentionParams extend{.q = q.data,
                                              .k = k.data,
@@ -657,9 +672,17 @@ void CudaBackend::attention(const PlannedStep& step, const KvCacheView& cache, i
                                              .softmax_scale = shape.scale,
                                              // The prefill call above converted this step's K/V.
                                              .kv_workspace = prefill_workspace_.data(),
-                                             .kv_workspace_filled = tc_prefill};
+                                             .kv_workspace_filled = tc_prefill,
+                                             .extend_seqs = s.num_extend(),
+                                             .extend_tokens = extend_tokens,
+                                             .max_prefix_tokens = max_prefix,
+                                             .num_sms = num_sms_,
+                                             .split_workspace = extend_split_workspace_.data(),
+                                             .split_workspace_bytes = extend_split_workspace_.bytes()};
     recorder_.op({17, sig_i(max_extend), sig(s.page_tables()), sig_i(plan.max_pages_per_seq),
-                  sig(prefill_workspace_.data()), sig_i(tc_prefill ? 1 : 0)},
+                  sig(prefill_workspace_.data()), sig_i(tc_prefill ? 1 : 0), sig_i(s.num_extend()),
+                  sig_i(extend_tokens), sig_i(max_prefix), sig(extend_split_workspace_.data()),
+                  sig_i(extend_split_workspace_.bytes())},
                  [] {});
     recorder_.op(attention_sig, [this, extend] { cuda::extend_attention(extend, stream_); });
   }

@@ -174,6 +174,10 @@ class CudaBackend final : public Backend {
   // step; the extend call reuses what the prefill call wrote), grown in plan()
   // for the declared geometry, or at the first attention() of an eager step that declared none.
   StreamBuffer prefill_workspace_;
+  // Partial (O, m, l) records of extend attention's prefix split (extend_split.h): the most any
+  // split of the declared head_dim writes on this device (extend_split_workspace_bytes), reserved
+  // in plan() with the first extend step.
+  StreamBuffer extend_split_workspace_;
 };
 
 // The factory's entry (backend/factory.cpp). options.weights nullopt = kBF16; num_threads is ignored.

@@ -7,6 +7,18 @@ namespace nibble::cuda {
 
 namespace detail {
 void launch_extend_attention(const ExtendAttentionParams& p, cudaStream_t stream);  // extend_attention.cu
+int extend_attention_splits(const ExtendAttentionParams& p);                         // extend_attention.cu
+
+// The launcher's split (extend_attention.cu) against what the workspace holds and the grid allows.
+void check_extend_split(int splits, int64_t work_blocks, int64_t tiles, int64_t merge_groups, int64_t record_bytes,
+                        int64_t records, int64_t workspace_bytes) {
+  NIBBLE_CHECK(splits == 1 || work_blocks * splits <= records,
+               "extend attention: {} prefix parts need {} partial records of {} bytes, split_workspace holds {} "
+               "({} bytes)",
+               splits, work_blocks * splits, record_bytes, records, workspace_bytes);
+  NIBBLE_CHECK(tiles * splits <= 65535 && (splits == 1 || tiles * merge_groups <= 65535),
+               "extend attention: {} query tiles x {} prefix parts exceed the grid's 65535", tiles, splits);
+}
 }  // namespace detail
 
 bool extend_attention_supports_head_dim(int64_t head_dim) {
@@ -33,12 +45,11 @@ void validate_extend_part(const cache::KvPartLayout& part, const char* which, co
                p.page_bytes);
 }
 
-}  // namespace
-
-void extend_attention(const ExtendAttentionParams& p, cudaStream_t stream) {
+// Every argument check of extend_attention; false: nothing to do (no tokens or sequences).
+bool validate(const ExtendAttentionParams& p) {
   NIBBLE_CHECK(p.total_tokens >= 0 && p.num_seqs >= 0, "extend attention: total_tokens {} and num_seqs {} must be >= 0",
                p.total_tokens, p.num_seqs);
-  if (p.total_tokens == 0 || p.num_seqs == 0) return;
+  if (p.total_tokens == 0 || p.num_seqs == 0) return false;
   NIBBLE_CHECK(extend_attention_supports_head_dim(p.head_dim),
                "extend attention: head_dim must be 64, 128 or 256 on the tensor-core kernel, got {}", p.head_dim);
   NIBBLE_CHECK(p.num_kv_heads > 0 && p.num_q_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
@@ -75,7 +86,25 @@ void extend_attention(const ExtendAttentionParams& p, cudaStream_t stream) {
   NIBBLE_CHECK(p.k_global_scale > 0.0f && p.v_global_scale > 0.0f,
                "extend attention: global scales must be positive, got k {} v {}", p.k_global_scale,
                p.v_global_scale);
-  detail::launch_extend_attention(p, stream);
+  NIBBLE_CHECK(p.extend_seqs >= 0 && p.extend_tokens >= 0 && p.max_prefix_tokens >= 0 && p.num_sms >= 0,
+               "extend attention: the split hints must be >= 0 (extend_seqs {}, extend_tokens {}, "
+               "max_prefix_tokens {}, num_sms {})",
+               p.extend_seqs, p.extend_tokens, p.max_prefix_tokens, p.num_sms);
+  NIBBLE_CHECK(p.prefix_splits >= 0 && p.prefix_splits <= 1024,
+               "extend attention: prefix_splits must be in [0, 1024] (0: chosen by the launcher), got {}",
+               p.prefix_splits);
+  NIBBLE_CHECK(p.split_workspace_bytes >= 0 && !misaligned(p.split_workspace),
+               "extend attention: split_workspace must be 16-byte aligned and its size >= 0, got {} bytes",
+               p.split_workspace_bytes);
+  return true;
 }
+
+}  // namespace
+
+void extend_attention(const ExtendAttentionParams& p, cudaStream_t stream) {
+  if (validate(p)) detail::launch_extend_attention(p, stream);
+}
+
+int extend_attention_splits(const ExtendAttentionParams& p) { return validate(p) ? detail::extend_attention_splits(p) : 1; }
 
 }  // namespace nibble::cuda

@@ -2,12 +2,18 @@
 // runtime -> template dispatch; the GQA group picks heads_per_block at run time.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/extend_attention_tc.cuh"
+#include "backend/cuda/extend_merge.cuh"
+#include "backend/cuda/extend_split.h"
 #include "backend/cuda/prefill_attention.h"  // detail::convert_kv_to_bf16
 
+#include <algorithm>
 #include <numeric>
 #include <type_traits>
 
 namespace nibble::cuda::detail {
+
+void check_extend_split(int splits, int64_t work_blocks, int64_t tiles, int64_t merge_groups, int64_t record_bytes,
+                        int64_t records, int64_t workspace_bytes);  // extend_attention.cpp
 
 namespace {
 
@@ -39,44 +45,134 @@ struct ExtendTileFor<256, kPrefix> {
                                   PrefillTile<256, 4, 1, 32, 1, false, 2, PrefillSchedule::kLazyRescale>>;
 };
 
+// A partial record of tile T at head_dim D (extend_merge.cuh), in bytes.
+template <int D, typename T>
+constexpr int64_t record_bytes() {
+  return int64_t{T::kRowsQ} * (D + 2) * 4;
+}
+
+// Records of the most blocks of any prefix mode resident at once on num_sms SMs, in bytes.
+template <int D>
+int64_t split_workspace_bytes(int num_sms) {
+  int64_t most = 0;
+  for (const auto [bytes, per_sm] :
+       {std::pair{record_bytes<D, typename ExtendTileFor<D, ExtendPrefix::kStaged>::type>(),
+                  ExtendTileFor<D, ExtendPrefix::kStaged>::type::kMinBlocks},
+        std::pair{record_bytes<D, typename ExtendTileFor<D, ExtendPrefix::kBf16Direct>::type>(),
+                  ExtendTileFor<D, ExtendPrefix::kBf16Direct>::type::kMinBlocks},
+        std::pair{record_bytes<D, typename ExtendTileFor<D, ExtendPrefix::kSingleStage>::type>(),
+                  ExtendTileFor<D, ExtendPrefix::kSingleStage>::type::kMinBlocks}}) {
+    most = std::max(most, bytes * per_sm * num_sms);
+  }
+  return most;
+}
+
+int device_sms() {
+  int device = 0, sms = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// A call's grid: query heads per block, query tiles per sequence, prefix parts.
+struct ExtendLaunchShape {
+  int heads_per_block;
+  int64_t tiles;
+  int splits;
+};
+
 template <int D, ExtendPrefix kPrefix>
-void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
+ExtendLaunchShape launch_shape(const ExtendAttentionParams& p) {
   using T = typename ExtendTileFor<D, kPrefix>::type;
-  using S = ExtendSmem<D, T, kPrefix>;
-  auto* kernel = extend_attention_kernel<D, T, kPrefix>;
-  static const cudaError_t attribute_status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kBytes);
-  NIBBLE_CUDA_CHECK(attribute_status);
   // Query heads per block: as many of the GQA group as the warps allow (a divisor of both).
   const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
   const int heads_per_block = std::gcd(group, T::kWarps);
   const int rows_q = T::kRowsWarp * (T::kWarps / heads_per_block);
   const int64_t max_new = p.max_new_tokens > 0 ? p.max_new_tokens : p.total_tokens;
-  const dim3 grid(static_cast<unsigned>(p.num_q_heads / heads_per_block), static_cast<unsigned>(p.num_seqs),
-                  static_cast<unsigned>((max_new + rows_q - 1) / rows_q));
+  const int64_t head_groups = p.num_q_heads / heads_per_block;
+  const int64_t tiles = (max_new + rows_q - 1) / rows_q;
+  // The prefix split (extend_split.h): the blocks with work, bounded from the hints.
+  const int64_t seqs = p.extend_seqs > 0 ? p.extend_seqs : p.num_seqs;
+  const int64_t tokens = p.extend_tokens > 0 ? p.extend_tokens : p.total_tokens;
+  const int64_t work_tiles = std::min(p.num_seqs * tiles, tokens / rows_q + seqs);
+  const int64_t records = p.split_workspace ? p.split_workspace_bytes / record_bytes<D, T>() : 0;
+  int splits = p.prefix_splits;
+  if (splits == 0) {
+    const int sms = p.num_sms > 0 ? p.num_sms : device_sms();
+    splits = extend_prefix_splits({.work_blocks = head_groups * work_tiles,
+                                   .max_prefix_tiles = (p.max_prefix_tokens + T::kKeys - 1) / T::kKeys,
+                                   .slots = int64_t{sms} * T::kMinBlocks,
+                                   .records = records});
+  }
+  check_extend_split(splits, head_groups * work_tiles, tiles, T::kRowsQ / kExtendMergeWarps, record_bytes<D, T>(),
+                     records, p.split_workspace_bytes);
+  return {heads_per_block, tiles, splits};
+}
+
+template <int D, ExtendPrefix kPrefix>
+void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
+  using T = typename ExtendTileFor<D, kPrefix>::type;
+  using S = ExtendSmem<D, T, kPrefix>;
+  static const cudaError_t attribute_status = [] {
+    const cudaError_t whole = cudaFuncSetAttribute(extend_attention_kernel<D, T, kPrefix, false>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, S::kBytes);
+    const cudaError_t split = cudaFuncSetAttribute(extend_attention_kernel<D, T, kPrefix, true>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, S::kBytes);
+    return whole != cudaSuccess ? whole : split;
+  }();
+  NIBBLE_CUDA_CHECK(attribute_status);
+  const ExtendLaunchShape shape = launch_shape<D, kPrefix>(p);
+  auto* kernel = shape.splits > 1 ? extend_attention_kernel<D, T, kPrefix, true>
+                                  : extend_attention_kernel<D, T, kPrefix, false>;
+  const dim3 grid(static_cast<unsigned>(p.num_q_heads / shape.heads_per_block), static_cast<unsigned>(p.num_seqs),
+                  static_cast<unsigned>(shape.tiles * shape.splits));
   kernel<<<grid, T::kThreads, S::kBytes, stream>>>(p, static_cast<const __nv_bfloat16*>(p.kv_workspace),
-                                                    heads_per_block);
+                                                    shape.heads_per_block, shape.splits);
   NIBBLE_CUDA_CHECK_LAUNCH();
+  if (shape.splits > 1) {
+    const dim3 merge_grid(grid.x, grid.y, static_cast<unsigned>(shape.tiles * (T::kRowsQ / kExtendMergeWarps)));
+    extend_merge_kernel<D, T><<<merge_grid, kExtendMergeThreads, 0, stream>>>(p, shape.heads_per_block, shape.splits);
+    NIBBLE_CUDA_CHECK_LAUNCH();
+  }
 }
 
 // The prefix mode per call (extend_attention_tc.cuh, ExtendPrefix): a bf16 cache copies its rows
 // straight into the bf16 stages, fp8 / nvfp4 / k8v4 run the staged loop, the f32 cache the
 // single-stage one. (Until the thirty-fourth round head_dim 256 took the single-stage loop for
-// every format.)
-template <int D>
-void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
+// every format.) `run` is called on that mode: run.template operator()<kPrefix>().
+template <typename Run>
+auto with_prefix_mode(const ExtendAttentionParams& p, Run&& run) {
   using quant::ElemFormat;
   const auto narrow = [](ElemFormat f) { return f == ElemFormat::kFP8 || f == ElemFormat::kNVFP4; };
   if (p.k_layout.format == ElemFormat::kBF16 && p.v_layout.format == ElemFormat::kBF16) {
-    launch<D, ExtendPrefix::kBf16Direct>(p, stream);
+    return run.template operator()<ExtendPrefix::kBf16Direct>();
   } else if (narrow(p.k_layout.format) && narrow(p.v_layout.format)) {
-    launch<D, ExtendPrefix::kStaged>(p, stream);
+    return run.template operator()<ExtendPrefix::kStaged>();
   } else {
-    launch<D, ExtendPrefix::kSingleStage>(p, stream);
+    return run.template operator()<ExtendPrefix::kSingleStage>();
   }
 }
 
+template <int D>
+void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
+  with_prefix_mode(p, [&]<ExtendPrefix kPrefix>() { launch<D, kPrefix>(p, stream); });
+}
+
+template <int D>
+int splits_of(const ExtendAttentionParams& p) {
+  return with_prefix_mode(p, [&]<ExtendPrefix kPrefix>() { return launch_shape<D, kPrefix>(p).splits; });
+}
+
 }  // namespace
+
+int extend_attention_splits(const ExtendAttentionParams& p) {
+  switch (p.head_dim) {
+    case 64: return splits_of<64>(p);
+    case 128: return splits_of<128>(p);
+    case 256: return splits_of<256>(p);
+    default: throw_unsupported("extend attention", "head_dim", "64, 128, 256", p.head_dim);
+  }
+}
 
 void launch_extend_attention(const ExtendAttentionParams& p, cudaStream_t stream) {
   // The own tiles' bf16 copy of k and v (extend_attention_tc.cuh).
@@ -92,3 +188,16 @@ void launch_extend_attention(const ExtendAttentionParams& p, cudaStream_t stream
 }
 
 }  // namespace nibble::cuda::detail
+
+namespace nibble::cuda {
+
+int64_t extend_split_workspace_bytes(int64_t head_dim, int num_sms) {
+  switch (head_dim) {
+    case 64: return detail::split_workspace_bytes<64>(num_sms);
+    case 128: return detail::split_workspace_bytes<128>(num_sms);
+    case 256: return detail::split_workspace_bytes<256>(num_sms);
+    default: return 0;
+  }
+}
+
+}  // namespace nibble::cuda

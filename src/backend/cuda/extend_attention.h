@@ -35,6 +35,7 @@
 //   seq_info    [num_seqs][4] int32 (prefill_attention.h)
 //   pool        [num_pages][page_bytes]                   cache/page_layout.h
 //   page_tables [num_seqs][max_pages_per_seq]            int32
+//   split_workspace [records] x ([rows][head_dim] O, then [rows][2] (m, l)) f32, a block's query rows
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -75,9 +76,30 @@ struct ExtendAttentionParams {
   void* kv_workspace = nullptr;
   bool kv_workspace_filled = false;
   bool include_prefill = false;  // also take sequences with cached_len 0 (tests; the backend uses prefill_attention)
+  // The prefix split (flash-decoding for extend; extend_split.h). Where the query tiles are too few
+  // to fill the GPU — a short chunk over a long prefix, an agent's turn — each tile's prefix is cut
+  // into `splits` contiguous parts run by blocks of their own (the last also takes the own tiles);
+  // each writes its unnormalized (O, m, l) to split_workspace and a second kernel merges them in
+  // split order, so the result does not depend on timing. The host hints bound the work: they may
+  // overstate it (fewer splits), never understate it.
+  int64_t extend_seqs = 0;        // >= the sequences taken; 0: num_seqs
+  int64_t extend_tokens = 0;      // >= their new tokens in all; 0: total_tokens
+  int64_t max_prefix_tokens = 0;  // >= every cached_len taken; 0: never split
+  int prefix_splits = 0;          // 0: the launcher's choice; 1: no split; n > 1: n parts (tests)
+  int num_sms = 0;                // 0: the current device's
+  void* split_workspace = nullptr;  // the records above, 16-byte aligned
+  int64_t split_workspace_bytes = 0;
 };
 
 bool extend_attention_supports_head_dim(int64_t head_dim);  // 64, 128, 256
+
+// Bytes of split_workspace that let the launcher split as far as it ever chooses to at this
+// head_dim on a device of num_sms SMs (one record per resident block); 0 for other head dims.
+int64_t extend_split_workspace_bytes(int64_t head_dim, int num_sms);
+
+// The prefix parts a call with these params runs (1: no split), as extend_attention would choose
+// them; validates as it does.
+int extend_attention_splits(const ExtendAttentionParams& params);
 
 // Validates (nibble::Error naming expected vs actual) and launches the bf16 conversion of k/v
 // (unless kv_workspace_filled) and the kernel. No allocation, no host sync.

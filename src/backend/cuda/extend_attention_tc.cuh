@@ -21,14 +21,17 @@
 // Between the phases each warp finishes the prefix phase in registers: O *= g_v, O = H O (rotated
 // cache), q reloaded unrotated, and the softmax scale loses g_k.
 //
-// Grid: (num_q_heads / heads_per_block, num_seqs, query tiles), tiles in reverse order (the longest
-// own phase first).
+// Grid: (num_q_heads / heads_per_block, num_seqs, query tiles × prefix parts), tiles in reverse order
+// (the longest own phase first). Prefix parts (kSplit; extend_split.h, extend_merge.cuh): a block
+// runs one contiguous part of its tile's prefix tiles and writes its (O, m, l) to a record; the last
+// part also runs the own tiles; the merge kernel combines the parts.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "backend/cuda/extend_attention.h"
+#include "backend/cuda/extend_merge.cuh"
 #include "backend/cuda/extend_tile_load.cuh"
 #include "backend/cuda/prefill_attention.h"
 #include "backend/cuda/prefill_mma.cuh"
@@ -36,10 +39,16 @@
 
 namespace nibble::cuda::detail {
 
-template <int D, typename T, ExtendPrefix kPrefix>
+// kSplit: the build for split prefixes (extend_merge.cuh; `split_count` parts, > 1). Without it the
+// split code folds away (splits = 1), so the unsplit build is the kernel as it was before the split:
+// with the split code in one build, ptxas spilled 48 -> 72 bytes at head_dim 128 and a bf16 prefix
+// ran 3-11% slower (H200, 2026-12-03, bench_prefill_attention --extend).
+template <int D, typename T, ExtendPrefix kPrefix, bool kSplit>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
-    extend_attention_kernel(ExtendAttentionParams p, const __nv_bfloat16* __restrict__ own_kv, int heads_per_block) {
+    extend_attention_kernel(ExtendAttentionParams p, const __nv_bfloat16* __restrict__ own_kv, int heads_per_block,
+                            int split_count) {
   using S = ExtendSmem<D, T, kPrefix>;
+  const int splits = kSplit ? split_count : 1;
   constexpr int kKeys = T::kKeys;
   constexpr int kM = T::kM;
   constexpr int kD16 = T::kD16;
@@ -52,11 +61,19 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const int32_t* info = p.seq_info + seq * kSeqInfoFields;
   const int64_t row0 = info[0];
   const int num_new = info[1], cached_len = info[2];
-  if (info[3] == 0 || (cached_len == 0 && !p.include_prefill)) return;  // decode / prefill: not ours
+  if (!extend_takes(info, p.include_prefill)) return;  // decode / prefill: not ours
   const int warps_per_head = T::kWarps / heads_per_block;
   const int rows_q = T::kRowsWarp * warps_per_head;  // new tokens per block
-  const int q0 = static_cast<int>(gridDim.z - 1 - blockIdx.z) * rows_q;
+  // z = query tile (reverse order: the longest own phase first) × prefix part (extend_merge.cuh).
+  const int q0 = static_cast<int>(gridDim.z / splits - 1 - blockIdx.z / splits) * rows_q;
   if (q0 >= num_new) return;
+  // The last part also takes the own tiles (read from blockIdx where needed: not kept live).
+  const auto last_part = [&] { return static_cast<int>(blockIdx.z % splits) == splits - 1; };
+  const int n_prefix_all = (cached_len + kKeys - 1) / kKeys;
+  // (The unsplit build spells its one part out: extend_part's min(0, n) does not fold to 0.)
+  const ExtendPart part = kSplit ? extend_part(n_prefix_all, static_cast<int>(blockIdx.z % splits), splits)
+                                 : ExtendPart{0, n_prefix_all};
+  if (!last_part() && part.begin == part.end) return;  // a short prefix: the merge leaves this part out
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -67,7 +84,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const int warp_last_row = warp_row0 + T::kRowsWarp - 1;
   const bool warp_active = warp_row0 < num_new;
   const int64_t q_cols = p.num_q_heads * D, kv_cols = p.num_kv_heads * D;
-  const bool has_prefix = cached_len > 0;
+  const bool has_prefix = part.begin < part.end;
   const bool rotated = has_prefix && p.rotation == quant::Rotation::kHadamard;
 
   // Q fragments [kM][kD16][4] bf16x2 in registers, or this warp's rows [kRowsWarp][D] bf16 swizzled
@@ -124,7 +141,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   float phase_scale = k_scaled ? scale_log2 * p.k_global_scale : scale_log2;
 
   const int key_end = num_new < q0 + rows_q ? num_new : q0 + rows_q;  // the block's causal bound
-  const int n_prefix = (cached_len + kKeys - 1) / kKeys;
+  const int n_prefix = part.end - part.begin;  // this part's prefix tiles: part.begin + i, i < n_prefix
+  const int key_first = part.begin * kKeys;    // their first key
   const int n_own = (key_end + kKeys - 1) / kKeys;  // >= 1: key_end > q0 >= 0
   const int32_t* page_table = p.page_tables + seq * p.max_pages_per_seq;
   const int page_size = static_cast<int>(p.k_layout.page_size);
@@ -168,10 +186,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   if constexpr (extend_prefix_staged(kPrefix)) {
     // The page of this thread's row in the next prefix tile to copy, read a tile ahead (each copy
     // reads the one after it): the page-table load is off the copy's path.
-    int next_page = n_prefix > 0 ? prefix_row_page<T>(page_table, page_size, 0, cached_len) : 0;
+    int next_page = n_prefix > 0 ? prefix_row_page<T>(page_table, page_size, key_first, cached_len) : 0;
     const auto take_page = [&](int i) {  // the page of tile i, and the read of tile i + 1's
       const int page = next_page;
-      if (i + 1 < n_prefix) next_page = prefix_row_page<T>(page_table, page_size, (i + 1) * kKeys, cached_len);
+      if (i + 1 < n_prefix) {
+        next_page = prefix_row_page<T>(page_table, page_size, key_first + (i + 1) * kKeys, cached_len);
+      }
       return page;
     };
     if constexpr (kPrefix == ExtendPrefix::kBf16Direct) {
@@ -183,18 +203,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       const auto issue_direct = [&](int i) {
         const uint32_t tile = smem + S::stage3(i);
         copy_prefix_tile<D, T, true>(tile, tile + S::kTileBytes, 0, 0, p.k_layout, p.v_layout, p.pool, p.page_bytes,
-                                     take_page(i), page_size, kv_head, i * kKeys, cached_len);
+                                     take_page(i), page_size, kv_head, key_first + i * kKeys, cached_len);
         cp_async_commit();
       };
       three_stages(n_prefix, issue_direct, [&](int i) {
-        if (warp_active) attend(smem + S::stage3(i), true, i * kKeys);
+        if (warp_active) attend(smem + S::stage3(i), true, key_first + i * kKeys);
       });
     } else {
       const auto issue_prefix = [&](int i) {  // raw(i) into raw stage i % 2
         const uint32_t raw = smem + S::prefix_raw(i % 2), scales = smem + S::scales(i % 2);
         copy_prefix_tile<D, T>(raw, raw + S::kPrefixRawPartBytes, scales, scales + S::kScalePartBytes, p.k_layout,
-                               p.v_layout, p.pool, p.page_bytes, take_page(i), page_size, kv_head, i * kKeys,
-                               cached_len);
+                               p.v_layout, p.pool, p.page_bytes, take_page(i), page_size, kv_head,
+                               key_first + i * kKeys, cached_len);
         cp_async_commit();
       };
       constexpr unsigned kFormats = format_bit(quant::ElemFormat::kFP8) | format_bit(quant::ElemFormat::kNVFP4);
@@ -234,7 +254,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         constexpr bool kStagger = T::kMinBlocks == 1;
         const bool convert_first = !kStagger || warp < T::kWarps / 2;
         if (convert_first && i + 1 < n_prefix) convert_prefix(i + 1);
-        if (warp_active) attend(smem + S::tile(i % 2), true, i * kKeys);
+        if (warp_active) attend(smem + S::tile(i % 2), true, key_first + i * kKeys);
         if (kStagger && !convert_first && i + 1 < n_prefix) convert_prefix(i + 1);
       }
     }
@@ -246,8 +266,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     const uint32_t scales_k = smem + S::kScales, scales_v = scales_k + S::kScalePartBytes;
     const auto issue = [&](int i) {
       copy_prefix_tile<D, T>(raw_k, raw_v, scales_k, scales_v, p.k_layout, p.v_layout, p.pool, p.page_bytes,
-                             prefix_row_page<T>(page_table, page_size, i * kKeys, cached_len), page_size, kv_head,
-                             i * kKeys, cached_len);
+                             prefix_row_page<T>(page_table, page_size, key_first + i * kKeys, cached_len), page_size,
+                             kv_head, key_first + i * kKeys, cached_len);
       cp_async_commit();
     };
     if (n_prefix > 0) issue(0);
@@ -259,7 +279,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
                                    smem_raw + S::kScales + S::kScalePartBytes, p.v_layout.format);
       __syncthreads();  // the bf16 tile is visible; the staging buffer is free
       if (i + 1 < n_prefix) issue(i + 1);
-      if (warp_active) attend(tile_k, true, i * kKeys);
+      if (warp_active) attend(tile_k, true, key_first + i * kKeys);
     }
   }
   __syncthreads();  // every warp is done with the prefix's stages: the own tiles take them next
@@ -276,6 +296,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     load_kv_tile<D, T>(tile, own_k, kv_cols, j * kKeys, key_end);
     load_kv_tile<D, T>(tile + S::kTileBytes, own_v, kv_cols, j * kKeys, key_end);
     cp_async_commit();
+  };
+
+  // This block's record when split (extend_merge.cuh), found where it is written (not kept live).
+  // Everything from blockIdx and the arguments, so that nothing stays live for it through the loops.
+  const auto record = [&] {
+    const int tile = static_cast<int>(gridDim.z / splits - 1 - blockIdx.z / splits);  // forward order
+    const int base = extend_tile_base(p, static_cast<int>(blockIdx.y), T::kRowsWarp * (T::kWarps / heads_per_block),
+                                      static_cast<int>(threadIdx.x % 32));
+    const int64_t index =
+        ((static_cast<int64_t>(base) + tile) * gridDim.x + blockIdx.x) * splits + blockIdx.z % splits;
+    return static_cast<float*>(p.split_workspace) + index * (static_cast<int64_t>(T::kRowsQ) * (D + 2));
   };
 
   // End of the prefix phase, in registers. Before the first own copies: issued first, their
@@ -297,6 +328,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         for (int n = 0; n < D / 8; ++n) o[mi][n][2 * r] = x[n][0], o[mi][n][2 * r + 1] = x[n][1];
       }
     }
+    // A part before the last ends here, its (O, m, l) in its record.
+    if (kSplit && !last_part()) {
+      if (warp_active) store_partial_rows<D, T>(o, m, l, record(), warp, warp_row0, num_new, g, t);
+      return;
+    }
     if (rotated) load_q(false);
   }
 
@@ -305,9 +341,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (warp_active && key0 <= warp_last_row) attend(smem + S::stage3(j), false, key0);
   });
 
-  // Normalize and store rows g, g + 8 of each row block.
+  // Normalize and store rows g, g + 8 of each row block (or, split, this last part's record).
   if (!warp_active) return;
-  store_normalized_rows<D, T>(o, l, p.out + row0 * q_cols + head * D, q_cols, warp_row0, num_new, g, t);
+  if (kSplit) {
+    store_partial_rows<D, T>(o, m, l, record(), warp, warp_row0, num_new, g, t);
+  } else {
+    store_normalized_rows<D, T>(o, l, p.out + row0 * q_cols + head * D, q_cols, warp_row0, num_new, g, t);
+  }
 }
 
 }  // namespace nibble::cuda::detail

@@ -31,6 +31,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_step.h"
 #include "backend/cuda/extend_attention.h"
+#include "backend/cuda/extend_split.h"
 #include "backend/cuda/prefill_attention.h"
 #include "backend/cuda_common/cuda_test_util.h"
 #include "backend/step_plan.h"
@@ -66,6 +67,9 @@ struct Case {
   // Added to every v: with thousands of keys, zero-mean values average out to |o| ~ 1e-2, where a
   // wrong scale of the prefix part would hide; an offset keeps |o| ~ v_offset.
   float v_offset = 0.0f;
+  // ExtendAttentionParams::prefix_splits: 1 = none (the default here), n > 1 forced, 0 the
+  // launcher's choice from the hints (the engine's).
+  int prefix_splits = 1;
 };
 
 struct Errors {
@@ -78,6 +82,7 @@ std::string describe(const Case& c) {
                   " head_dim " + std::to_string(c.head_dim) + " heads " + std::to_string(c.heads) + "/" +
                   std::to_string(c.kv_heads) + " page " + std::to_string(c.page_size) + " seqs";
   for (const SeqSpec& s : c.seqs) d += " " + std::to_string(s.prefix) + "+" + std::to_string(s.len);
+  if (c.prefix_splits != 1) d += " parts " + std::to_string(c.prefix_splits);
   return d;
 }
 
@@ -96,6 +101,7 @@ class CudaExtendAttention : public ::testing::Test {
     Errors vs_cpu, vs_chunk;
     int64_t decode_rows_touched = 0;  // decode rows of the extend kernel's output that are not NaN
     bool filled_differs = false;      // the call on a filled kv_workspace gave other bits
+    int splits = 1;                   // the parts the call ran (extend_attention_splits)
   };
 
   Result run(const Case& c) {
@@ -161,8 +167,16 @@ class CudaExtendAttention : public ::testing::Test {
     DeviceBuffer dpool = DeviceBuffer::from(pool);
     DeviceBuffer dout = DeviceBuffer::from(std::vector<float>(t * q_width, NAN));
     DeviceBuffer dchunk = DeviceBuffer::from(std::vector<float>(t * q_width, NAN));
-    int64_t max_new = 0;
-    for (const SeqSpec& s : c.seqs) max_new = std::max(max_new, s.len);
+    int64_t max_new = 0, extend_seqs = 0, extend_tokens = 0, max_prefix = 0;
+    for (const SeqSpec& s : c.seqs) {
+      max_new = std::max(max_new, s.len);
+      if (s.len > 1 || s.prefix == 0) ++extend_seqs, extend_tokens += s.len;  // taken (include_prefill)
+      max_prefix = std::max(max_prefix, s.prefix);
+    }
+    // The split records, NaN-patterned: a part the merge reads but no block wrote shows. Room for
+    // the forced splits of SplitPrefixesMatchCpu (up to 13 parts of 116 blocks).
+    const int64_t split_bytes = cuda::extend_split_workspace_bytes(c.head_dim, 1024);
+    DeviceBuffer dsplit = DeviceBuffer::from(std::vector<uint8_t>(static_cast<size_t>(split_bytes), 0xFF));
     // The own K/V's bf16 copy, unwritten bytes NaN-patterned: the call converts into it.
     DeviceBuffer dwork = DeviceBuffer::from(
         std::vector<uint8_t>(static_cast<size_t>(cuda::prefill_workspace_bytes(t, c.kv_heads, c.head_dim)), 0xFF));
@@ -188,7 +202,14 @@ class CudaExtendAttention : public ::testing::Test {
                                              .head_dim = c.head_dim,
                                              .softmax_scale = shape.scale,
                                              .kv_workspace = dwork.as<uint8_t>(),
-                                             .include_prefill = true};
+                                             .include_prefill = true,
+                                             .extend_seqs = extend_seqs,
+                                             .extend_tokens = extend_tokens,
+                                             .max_prefix_tokens = max_prefix,
+                                             .prefix_splits = c.prefix_splits,
+                                             .num_sms = num_sms,
+                                             .split_workspace = dsplit.as<uint8_t>(),
+                                             .split_workspace_bytes = split_bytes};
     cuda::extend_attention(params, nullptr);
     // Again with the copy already filled (the engine's step after a prefill call) and k, v NaN: they
     // must not be read, and the output must be the same bits.
@@ -227,6 +248,7 @@ class CudaExtendAttention : public ::testing::Test {
     const std::vector<float> got_filled = dfilled.to_host<float>();
 
     Result r;
+    r.splits = cuda::extend_attention_splits(params);
     r.filled_differs = std::memcmp(got.data(), got_filled.data(), got.size() * sizeof(float)) != 0;
     for (size_t i = 0; i < n; ++i) {
       const int64_t first = plan.token_begin[i] * q_width, count = c.seqs[i].len * q_width;
@@ -256,10 +278,13 @@ class CudaExtendAttention : public ::testing::Test {
     EXPECT_LE(r.vs_chunk.rms, kRmsTolerance) << what << " vs chunk_attention";
     EXPECT_EQ(r.decode_rows_touched, 0) << what << ": decode rows written";
     EXPECT_FALSE(r.filled_differs) << what << ": kv_workspace_filled changed the output";
+    if (c.prefix_splits > 1) EXPECT_EQ(r.splits, c.prefix_splits) << what;
     std::printf("  %-100s cpu max %.2e rms %.2e | chunk max %.2e\n", what.c_str(), r.vs_cpu.max_abs, r.vs_cpu.rms,
                 r.vs_chunk.max_abs);
   }
 
+  // A small GPU's SM count for the launcher's choice: the same splits on every device.
+  static constexpr int num_sms = 16;
   CpuBackend cpu{{.num_threads = 0}};
   std::unique_ptr<Backend> gpu = cuda::test::no_device_reason().empty() ? make_backend({.device = "cuda"}) : nullptr;
   std::mt19937 rng{777};
@@ -298,16 +323,76 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, CudaExtendSweep, ::testing::Values(64, 128, 2
 
 // A few small steps, the sweep compute-sanitizer (memcheck, racecheck) runs: every head_dim, a
 // rotated nvfp4, a k8v4 and a bf16 cache (the last copied straight into three bf16 stages where the
-// prefix is staged: 130 tokens take all three), pages shorter than a key tile.
+// prefix is staged: 130 tokens take all three), pages shorter than a key tile; the nvfp4 one again
+// with its prefixes split in 3 parts (the split build and the merge).
 TEST_F(CudaExtendAttention, SmallStepsForSanitizers) {
   const std::vector<SeqSpec> seqs{{.prefix = 0, .len = 3}, {.prefix = 37, .len = 70}, {.prefix = 9, .len = 1},
                                   {.prefix = 130, .len = 5}};
   for (const int64_t head_dim : {64, 128, 256}) {
     check({.dtype = KvDtype::kNVFP4, .rotation = Rotation::kHadamard, .head_dim = head_dim, .heads = 8,
            .kv_heads = 2, .page_size = 5, .seqs = seqs});
+    check({.dtype = KvDtype::kNVFP4, .rotation = Rotation::kHadamard, .head_dim = head_dim, .heads = 8,
+           .kv_heads = 2, .page_size = 5, .seqs = seqs, .prefix_splits = 3});
     check({.dtype = KvDtype::kK8V4, .head_dim = head_dim, .heads = 2, .kv_heads = 2, .page_size = 16, .seqs = seqs});
     check({.dtype = KvDtype::kBF16, .head_dim = head_dim, .heads = 8, .kv_heads = 2, .page_size = 5, .seqs = seqs});
   }
+}
+
+// The prefix split (extend_split.h) forced: every format ± rotation, GQA 1 / 4 / 8, each
+// head_dim, parts with and without prefix tiles (the 1- and 33-token prefixes leave most parts
+// empty), chunks of one to several query tiles, a decode sequence the merge must leave alone. The
+// filled-workspace call in run() repeats the split call: its bits must be the same.
+TEST_F(CudaExtendAttention, SplitPrefixesMatchCpu) {
+  const std::vector<SeqSpec> seqs{{.prefix = 1, .len = 17},   {.prefix = 700, .len = 3}, {.prefix = 50, .len = 1},
+                                  {.prefix = 1333, .len = 129}, {.prefix = 33, .len = 256}};
+  int variant = 0;
+  for (const int64_t head_dim : {64, 128, 256}) {
+    for (const KvDtype dtype : kDtypes) {
+      for (const auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {16, 2}}) {
+        const Rotation rotation = variant % 2 == 0 ? Rotation::kNone : Rotation::kHadamard;
+        const int splits = std::vector<int>{3, 8, 13}[static_cast<size_t>(variant % 3)];
+        const int64_t page_size = std::vector<int64_t>{16, 5}[static_cast<size_t>(variant++ / 3 % 2)];
+        check({.dtype = dtype,
+               .rotation = rotation,
+               .head_dim = head_dim,
+               .heads = heads,
+               .kv_heads = kv_heads,
+               .page_size = page_size,
+               .seqs = seqs,
+               .v_offset = 0.5f,
+               .prefix_splits = splits});
+      }
+    }
+  }
+}
+
+// The launcher's own choice (the engine's path): a short chunk over a long prefix splits, and
+// matches the oracle; a long chunk does not split.
+TEST_F(CudaExtendAttention, ShortChunksOverLongPrefixesSplitByThemselves) {
+  for (const KvDtype dtype : {KvDtype::kNVFP4, KvDtype::kBF16}) {
+    const Case c{.dtype = dtype,
+                 .head_dim = 128,
+                 .heads = 8,
+                 .kv_heads = 2,
+                 .seqs = {{.prefix = 12000, .len = 40}, {.prefix = 3000, .len = 1}},
+                 .v_offset = 0.5f,
+                 .prefix_splits = 0};
+    const Result r = run(c);
+    EXPECT_GT(r.splits, 1) << describe(c);
+    EXPECT_LE(r.vs_cpu.max_abs, kMaxTolerance) << describe(c);
+    EXPECT_LE(r.vs_cpu.rms, kRmsTolerance) << describe(c);
+    EXPECT_EQ(r.decode_rows_touched, 0) << describe(c);
+    EXPECT_FALSE(r.filled_differs) << describe(c);
+    std::printf("  %-100s parts %d cpu max %.2e rms %.2e\n", describe(c).c_str(), r.splits, r.vs_cpu.max_abs,
+                r.vs_cpu.rms);
+  }
+  const Case long_chunk{.dtype = KvDtype::kFP8,
+                        .head_dim = 128,
+                        .heads = 8,
+                        .kv_heads = 2,
+                        .seqs = {{.prefix = 12000, .len = 2048}},
+                        .prefix_splits = 0};
+  EXPECT_EQ(run(long_chunk).splits, 1);
 }
 
 // Long prefixes (many prefix tiles, page-unaligned ends) and long chunks (many own tiles).
@@ -465,8 +550,57 @@ TEST(CudaExtendAttentionValidation, BadArgumentsAreErrorsNamingTheProblem) {
   p = good;
   p.v_global_scale = 0.0f;
   expect_error(p, "global scales must be positive");
+  p = good;
+  p.prefix_splits = -1;
+  expect_error(p, "prefix_splits must be in [0, 1024]");
+  p = good;
+  p.max_prefix_tokens = -5;
+  expect_error(p, "max_prefix_tokens -5");
+  p = good;
+  p.split_workspace = reinterpret_cast<char*>(dummy) + 4;
+  expect_error(p, "split_workspace must be 16-byte aligned");
+  {  // forced parts without room for their records (checked before any launch)
+    p = good;
+    p.prefix_splits = 4;
+    p.split_workspace = dummy;
+    p.split_workspace_bytes = 16;
+    try {
+      cuda::extend_attention_splits(p);
+      ADD_FAILURE() << "4 parts accepted with a 16-byte split workspace";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("4 prefix parts need"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("split_workspace holds 0"), std::string::npos) << e.what();
+    }
+  }
+  p = good;
+  p.prefix_splits = 3;
+  p.split_workspace = dummy;
+  p.split_workspace_bytes = cuda::extend_split_workspace_bytes(128, 8);  // 8 records: 2 blocks x 3 parts fit
+  EXPECT_EQ(cuda::extend_attention_splits(p), 3);
   EXPECT_TRUE(cuda::extend_attention_supports_head_dim(256));
   EXPECT_FALSE(cuda::extend_attention_supports_head_dim(32));
+}
+
+// The split rule (extend_split.h), host only.
+TEST(CudaExtendSplitRule, SplitsOnlyWhatTheGridLeavesIdle) {
+  using cuda::extend_prefix_splits;
+  // 8 blocks on 132 slots, 512 prefix tiles (32K keys): 16 parts fill one wave.
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 8, .max_prefix_tiles = 512, .slots = 132, .records = 1000}), 16);
+  // The grid fills the GPU already: no split.
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 132, .max_prefix_tiles = 512, .slots = 132, .records = 1000}), 1);
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 256, .max_prefix_tiles = 512, .slots = 132, .records = 1000}), 1);
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 66, .max_prefix_tiles = 512, .slots = 132, .records = 1000}), 2);
+  // Short prefixes: every part keeps kExtendMinSplitTiles tiles.
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 8, .max_prefix_tiles = 12, .slots = 132, .records = 1000}), 3);
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 8, .max_prefix_tiles = 7, .slots = 132, .records = 1000}), 1);
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 8, .max_prefix_tiles = 0, .slots = 132, .records = 1000}), 1);
+  // The workspace's records bound it; no workspace, no split.
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 8, .max_prefix_tiles = 512, .slots = 132, .records = 40}), 5);
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 8, .max_prefix_tiles = 512, .slots = 132, .records = 0}), 1);
+  // At most kExtendMaxSplits parts.
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 1, .max_prefix_tiles = 1 << 20, .slots = 264, .records = 1000}),
+            cuda::kExtendMaxSplits);
+  EXPECT_EQ(extend_prefix_splits({.work_blocks = 0, .max_prefix_tiles = 512, .slots = 132, .records = 1000}), 1);
 }
 
 }  // namespace

@@ -65,9 +65,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 1:
-        // The two plain list parsers on the same text (a format list, then a group list).
+        // The plain list parsers on the same text (a format list, extend shapes, a group list).
         try {
           if (parse_formats(text).size() != items(text)) std::abort();
+        } catch (const nibble::Error&) {
+        }
+        try {
+          const std::vector<ExtendShape> shapes = parse_extend_shapes(text, "--extend-shapes");
+          if (shapes.size() != items(text)) std::abort();
+          for (const ExtendShape& e : shapes)
+            if (e.prefix < 1 || e.prefix > kMaxExtendPrefix || e.chunk < 1 || e.chunk > kMaxExtendChunk) std::abort();
         } catch (const nibble::Error&) {
         }
         {

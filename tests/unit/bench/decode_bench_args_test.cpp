@@ -66,6 +66,24 @@ TEST(DecodeBenchArgs, FormatsReadNamesInOrder) {
   expect_error([] { parse_groups("257", "--extend-gqa"); }, {"--extend-gqa", "'257'", "1 to 256"});
   expect_error([] { parse_groups("4,,8", "--extend-gqa"); }, {"--extend-gqa", "''"});
   expect_error([] { parse_groups("+4", "--extend-gqa"); }, {"--extend-gqa", "'+4'"});
+}
+
+TEST(DecodeBenchArgs, ExtendShapesArePrefixColonChunk) {
+  const std::vector<ExtendShape> shapes = parse_extend_shapes("32768:64,1048576:1,1:65536", "--extend-shapes");
+  ASSERT_EQ(shapes.size(), 3u);
+  EXPECT_EQ(shapes[0].prefix, 32768);
+  EXPECT_EQ(shapes[0].chunk, 64);
+  EXPECT_EQ(shapes[1].prefix, 1048576);
+  EXPECT_EQ(shapes[1].chunk, 1);
+  EXPECT_EQ(shapes[2].prefix, 1);
+  EXPECT_EQ(shapes[2].chunk, 65536);
+  expect_error([] { parse_extend_shapes("32768", "--extend-shapes"); }, {"--extend-shapes", "'32768'", "PREFIX:CHUNK"});
+  expect_error([] { parse_extend_shapes("0:64", "--extend-shapes"); }, {"--extend-shapes", "'0:64'"});
+  expect_error([] { parse_extend_shapes("1048577:64", "--extend-shapes"); }, {"'1048577:64'"});
+  expect_error([] { parse_extend_shapes("32768:65537", "--extend-shapes"); }, {"'32768:65537'"});
+  expect_error([] { parse_extend_shapes("32768:64,", "--extend-shapes"); }, {"--extend-shapes", "''"});
+  expect_error([] { parse_extend_shapes("32768:-64", "--extend-shapes"); }, {"'32768:-64'"});
+  expect_error([] { parse_extend_shapes("32768:64:1", "--extend-shapes"); }, {"'32768:64:1'"});
   expect_error([] { parse_formats("FP8"); }, {"--formats", "'FP8'"});
 }
 
