@@ -70,6 +70,9 @@ struct Case {
   // ExtendAttentionParams::prefix_splits: 1 = none (the default here), n > 1 forced, 0 the
   // launcher's choice from the hints (the engine's).
   int prefix_splits = 1;
+  // Also run the step through the seam (CudaBackend::attention, bf16 weights: the engine's path,
+  // with the split hints the backend derives from the plan and its own split workspace).
+  bool seam = false;
 };
 
 struct Errors {
@@ -102,6 +105,7 @@ class CudaExtendAttention : public ::testing::Test {
     int64_t decode_rows_touched = 0;  // decode rows of the extend kernel's output that are not NaN
     bool filled_differs = false;      // the call on a filled kv_workspace gave other bits
     int splits = 1;                   // the parts the call ran (extend_attention_splits)
+    Errors seam_vs_cpu;               // Case::seam: the extend rows of CudaBackend::attention
   };
 
   Result run(const Case& c) {
@@ -242,13 +246,31 @@ class CudaExtendAttention : public ::testing::Test {
                            .head_dim = c.head_dim,
                            .softmax_scale = shape.scale},
                           nullptr);
+    DeviceBuffer dseam = DeviceBuffer::from(std::vector<float>(t * q_width, NAN));
+    if (c.seam) {
+      const KvCacheView gview{dpool.as<uint8_t>(), num_pages, &layout, &scales, c.rotation};
+      gpu->attention(*gstep, gview, 0, shape, {dq.as<float>(), t, q_width}, {dk.as<float>(), t, kv_width},
+                     {dv.as<float>(), t, kv_width}, {dseam.as<float>(), t, q_width});
+    }
     NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> got = dout.to_host<float>();
+    const std::vector<float> seam = dseam.to_host<float>();
     const std::vector<float> chunk = dchunk.to_host<float>();
     const std::vector<float> got_filled = dfilled.to_host<float>();
 
     Result r;
     r.splits = cuda::extend_attention_splits(params);
+    for (size_t i = 0; c.seam && i < n; ++i) {
+      if (c.seqs[i].prefix == 0 || c.seqs[i].len == 1) continue;  // the extend rows only
+      const int64_t first = plan.token_begin[i] * q_width, count = c.seqs[i].len * q_width;
+      double sum_sq = 0.0;
+      for (int64_t e = first; e < first + count; ++e) {
+        const double d = std::isfinite(seam[e]) ? std::fabs(static_cast<double>(seam[e]) - want[e]) : INFINITY;
+        r.seam_vs_cpu.max_abs = std::max(r.seam_vs_cpu.max_abs, d);
+        sum_sq += d * d;
+      }
+      r.seam_vs_cpu.rms = std::max(r.seam_vs_cpu.rms, std::sqrt(sum_sq / static_cast<double>(count)));
+    }
     r.filled_differs = std::memcmp(got.data(), got_filled.data(), got.size() * sizeof(float)) != 0;
     for (size_t i = 0; i < n; ++i) {
       const int64_t first = plan.token_begin[i] * q_width, count = c.seqs[i].len * q_width;
@@ -385,6 +407,29 @@ TEST_F(CudaExtendAttention, ShortChunksOverLongPrefixesSplitByThemselves) {
     EXPECT_FALSE(r.filled_differs) << describe(c);
     std::printf("  %-100s parts %d cpu max %.2e rms %.2e\n", describe(c).c_str(), r.splits, r.vs_cpu.max_abs,
                 r.vs_cpu.rms);
+  }
+  // The engine's path: CudaBackend::attention derives the hints from its plan and sizes its own
+  // split workspace on first use; with the device's SM count the launcher splits this step (16 work
+  // blocks, 188 prefix tiles: 8 parts on 132 SMs, 2 or more from 32 SMs on).
+  int device = 0, sms = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  for (const KvDtype dtype : {KvDtype::kNVFP4, KvDtype::kK8V4}) {
+    const Case c{.dtype = dtype,
+                 .rotation = Rotation::kHadamard,
+                 .head_dim = 128,
+                 .heads = 32,
+                 .kv_heads = 8,
+                 .seqs = {{.prefix = 12000, .len = 40}, {.prefix = 700, .len = 1}, {.prefix = 5000, .len = 9}},
+                 .v_offset = 0.5f,
+                 .prefix_splits = 0,
+                 .seam = true};
+    const Result r = run(c);
+    EXPECT_GT(cuda::extend_split_workspace_bytes(128, sms), 0);
+    EXPECT_LE(r.seam_vs_cpu.max_abs, kMaxTolerance) << describe(c) << " through the seam";
+    EXPECT_LE(r.seam_vs_cpu.rms, kRmsTolerance) << describe(c) << " through the seam";
+    std::printf("  %-100s seam (%d SMs) cpu max %.2e rms %.2e\n", describe(c).c_str(), sms, r.seam_vs_cpu.max_abs,
+                r.seam_vs_cpu.rms);
   }
   const Case long_chunk{.dtype = KvDtype::kFP8,
                         .head_dim = 128,
