@@ -42,7 +42,8 @@ namespace nibble::cuda::detail {
 // kSplit: the build for split prefixes (extend_merge.cuh; `split_count` parts, > 1). Without it the
 // split code folds away (splits = 1), so the unsplit build is the kernel as it was before the split:
 // with the split code in one build, ptxas spilled 48 -> 72 bytes at head_dim 128 and a bf16 prefix
-// ran 3-11% slower (H200, 2026-12-03, bench_prefill_attention --extend).
+// ran 2-3.5% slower (H200, 2026-12-03, bench_prefill_attention --extend; PERFORMANCE.md, thirty-fifth
+// round).
 template <int D, typename T, ExtendPrefix kPrefix, bool kSplit>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     extend_attention_kernel(ExtendAttentionParams p, const __nv_bfloat16* __restrict__ own_kv, int heads_per_block,
