@@ -7,6 +7,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libpcre2-dev libopenblas-dev
   clang libclang-rt-14-dev            # libFuzzer targets and sanitizers
+  python3                             # scripts/make_random_checkpoint.py in the bench_serving test
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -215,7 +215,13 @@ class LoadRun {
       if (res && !usable && result_.samples.empty()) return;
       if (usable) {
         result_.metrics_found = true;
-        result_.samples.push_back({.t_s = 0.5 * (t0 + t1), .running = load->running, .waiting = load->waiting});
+        result_.samples.push_back({.t_s = 0.5 * (t0 + t1),
+                                   .running = load->running,
+                                   .waiting = load->waiting,
+                                   .waiting_for_pages = load->waiting_for_pages,
+                                   .waiting_for_running_cap = load->waiting_for_running_cap,
+                                   .kv_usage = load->kv_usage,
+                                   .preemptions = load->preemptions});
       }
       cv_.wait_for(lock, to_duration(config_.metrics_interval_s), [this] { return finished_; });
     }

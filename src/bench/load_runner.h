@@ -59,6 +59,7 @@ struct RequestRecord {
 struct MetricsSample {
   double t_s = 0;                       // midpoint of the GET /metrics round trip
   std::optional<double> running, waiting;
+  std::optional<double> waiting_for_pages, waiting_for_running_cap, kv_usage, preemptions;  // ServerLoad's
 };
 
 struct LoadResult {

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace nibble::bench {
 
 std::string_view verdict_name(Verdict v) {
   switch (v) {
     case Verdict::kCapacityLimited: return "capacity-limited";
+    case Verdict::kComputeLimited: return "compute-limited";
     case Verdict::kServerLimited: return "server-limited";
     case Verdict::kClientLimited: return "client-limited";
     case Verdict::kRateLimited: return "rate-limited";
@@ -19,13 +21,60 @@ std::string_view verdict_name(Verdict v) {
   return "?";
 }
 
+namespace {
+
+// A queue the verdict has found (see decide_verdict): capacity or compute, from the server's reasons
+// where it gives them, else from its KV usage, else capacity as the only reading left.
+VerdictResult queued_verdict(const VerdictInputs& in) {
+  const int queued = in.queued_samples;
+  const auto half = [&](int n) { return 2 * n >= queued; };
+  const std::string preempted =
+      in.preemptions > 0 ? fmt::format("; {:g} {} preempted for KV pages", in.preemptions,
+                                       in.preemptions == 1 ? "request was" : "requests were")
+                         : "";
+  const std::string queue = fmt::format("the server queued up to {:g} requests while the client had requests in flight",
+                                        in.max_waiting_while_busy);
+  if (half(in.queued_with_reasons)) {
+    const int memory = in.queued_for_pages + in.queued_for_running_cap;
+    if (half(memory)) {
+      const char* held = half(in.queued_for_pages)         ? "for lack of KV pages"
+                         : half(in.queued_for_running_cap) ? "at its cap on running requests"
+                                                           : "for KV pages or at its running cap";
+      return {Verdict::kCapacityLimited,
+              fmt::format("{}, held {} in {} of {} such samples{}: this is the server's capacity at this load", queue,
+                          held, memory, queued, preempted)};
+    }
+    return {Verdict::kComputeLimited,
+            fmt::format("{}, but held for KV pages or at its running cap in only {} of {} such samples{}: mostly they "
+                        "waited for compute (the prefills ahead of them took each step's token budget), so at this "
+                        "load the server's throughput is its compute more than its KV memory",
+                        queue, memory, queued, preempted)};
+  }
+  if (half(in.queued_with_usage)) {
+    if (half(in.queued_pool_full)) {
+      return {Verdict::kCapacityLimited,
+              fmt::format("{}, with its KV pool at least {:.0f}% held in {} of {} such samples{}: this is the "
+                          "server's memory capacity at this load",
+                          queue, 100 * kFullPoolUsage, in.queued_pool_full, queued, preempted)};
+    }
+    return {Verdict::kComputeLimited,
+            fmt::format("{}, but its KV pool was at least {:.0f}% held in only {} of {} such samples (at most {:.0f}%){}: "
+                        "they waited for compute, or for a cap on running requests (its metrics do not say which), "
+                        "not for KV memory",
+                        queue, 100 * kFullPoolUsage, in.queued_pool_full, queued, 100 * in.max_usage_queued, preempted)};
+  }
+  return {Verdict::kCapacityLimited,
+          fmt::format("{}: its KV pool, running cap or compute was full (its metrics say neither why requests waited "
+                      "nor how full its KV pool was), so this is the server's capacity at this load{}",
+                      queue, preempted)};
+}
+
+}  // namespace
+
 VerdictResult decide_verdict(const VerdictInputs& in) {
   if (in.metrics_found && in.max_waiting_while_busy > 0 && in.queued_samples >= kMinQueuedSamples &&
       in.queued_samples >= kMinQueuedFraction * in.busy_samples) {
-    return {Verdict::kCapacityLimited,
-            fmt::format("the server queued up to {:g} requests while the client had requests in flight: its KV pool "
-                        "or running cap was full, so this is the server's capacity at this load",
-                        in.max_waiting_while_busy)};
+    return queued_verdict(in);
   }
   if (in.metrics_found && in.unaccounted_samples >= kMinSamplesForServerLimited &&
       in.mean_unaccounted >= std::max(1.0, 0.25 * in.peak_in_flight)) {
@@ -105,8 +154,9 @@ RunSummary summarize_run(const RunDescription& run, const LoadResult& load) {
   s.metrics_samples = load.samples.size();
   VerdictInputs& v = s.verdict_inputs;
   v.metrics_found = load.metrics_found;
-  double running_sum = 0, waiting_sum = 0, unaccounted_sum = 0;
-  size_t unaccounted_n = 0;
+  double running_sum = 0, waiting_sum = 0, unaccounted_sum = 0, usage_sum = 0;
+  size_t unaccounted_n = 0, usage_n = 0;
+  std::optional<double> first_preemptions, last_preemptions;
   for (const MetricsSample& m : load.samples) {
     const int client = in_flight_at(intervals, m.t_s);
     const double running = m.running.value_or(0), waiting = m.waiting.value_or(0);
@@ -114,9 +164,30 @@ RunSummary summarize_run(const RunDescription& run, const LoadResult& load) {
     s.server_waiting_max = std::max(s.server_waiting_max, waiting);
     running_sum += running;
     waiting_sum += waiting;
+    if (m.kv_usage) {
+      s.kv_usage_max = std::max(s.kv_usage_max, *m.kv_usage);
+      usage_sum += *m.kv_usage;
+      ++usage_n;
+    }
+    if (m.preemptions) {
+      if (!first_preemptions) first_preemptions = m.preemptions;
+      last_preemptions = m.preemptions;
+    }
     if (client > 0) v.max_waiting_while_busy = std::max(v.max_waiting_while_busy, waiting);
     if (client > 0) ++v.busy_samples;
-    if (client > 0 && waiting > 0) ++v.queued_samples;
+    if (client > 0 && waiting > 0) {
+      ++v.queued_samples;
+      if (m.waiting_for_pages && m.waiting_for_running_cap) {
+        ++v.queued_with_reasons;
+        if (*m.waiting_for_pages > 0) ++v.queued_for_pages;
+        if (*m.waiting_for_running_cap > 0) ++v.queued_for_running_cap;
+      }
+      if (m.kv_usage) {
+        ++v.queued_with_usage;
+        if (*m.kv_usage >= kFullPoolUsage) ++v.queued_pool_full;
+        v.max_usage_queued = std::max(v.max_usage_queued, *m.kv_usage);
+      }
+    }
     if (m.running && m.waiting) {
       unaccounted_sum += std::max(0.0, client - running - waiting);
       ++unaccounted_n;
@@ -127,6 +198,8 @@ RunSummary summarize_run(const RunDescription& run, const LoadResult& load) {
     s.server_waiting_mean = waiting_sum / static_cast<double>(load.samples.size());
   }
   if (unaccounted_n) v.mean_unaccounted = unaccounted_sum / static_cast<double>(unaccounted_n);
+  if (usage_n) s.kv_usage_mean = usage_sum / static_cast<double>(usage_n);
+  if (first_preemptions) v.preemptions = *last_preemptions - *first_preemptions;
   v.unaccounted_samples = static_cast<int>(unaccounted_n);
   v.concurrency_cap = run.requested_concurrency > 0 ? std::min(run.requested_concurrency, load.request_slots)
                       : load.request_slots >= kMaxRequestThreads ? load.request_slots
@@ -192,7 +265,15 @@ nlohmann::json to_json(const RunSummary& s) {
         {"running_mean", s.server_running_mean},
         {"waiting_max", s.server_waiting_max},
         {"waiting_mean", s.server_waiting_mean},
-        {"mean_unaccounted", s.verdict_inputs.mean_unaccounted}}},
+        {"mean_unaccounted", s.verdict_inputs.mean_unaccounted},
+        {"kv_usage_max", s.kv_usage_max >= 0 ? nlohmann::json(s.kv_usage_max) : nlohmann::json(nullptr)},
+        {"kv_usage_mean", s.kv_usage_mean >= 0 ? nlohmann::json(s.kv_usage_mean) : nlohmann::json(nullptr)},
+        {"preemptions", s.verdict_inputs.preemptions >= 0 ? nlohmann::json(s.verdict_inputs.preemptions)
+                                                          : nlohmann::json(nullptr)},
+        {"queued_samples", s.verdict_inputs.queued_samples},
+        {"queued_for_pages", s.verdict_inputs.queued_for_pages},
+        {"queued_for_running_cap", s.verdict_inputs.queued_for_running_cap},
+        {"queued_with_reasons", s.verdict_inputs.queued_with_reasons}}},
       {"verdict", verdict_name(s.verdict.verdict)},
       {"verdict_reason", s.verdict.reason},
   };
@@ -227,6 +308,17 @@ std::string format_table(const RunSummary& s) {
     line("server running (max / mean)", fmt::format("{:g} / {:.2f}", s.server_running_max, s.server_running_mean));
     line("server waiting (max / mean)", fmt::format("{:g} / {:.2f}  ({} samples)", s.server_waiting_max,
                                                     s.server_waiting_mean, s.metrics_samples));
+    const VerdictInputs& v = s.verdict_inputs;
+    if (v.queued_with_reasons > 0) {
+      line("server queue held by", fmt::format("KV pages {}, running cap {}, compute {} (of {} queued samples)",
+                                               v.queued_for_pages, v.queued_for_running_cap,
+                                               v.queued_with_reasons - v.queued_for_pages - v.queued_for_running_cap,
+                                               v.queued_samples));
+    }
+    if (s.kv_usage_max >= 0) {
+      line("server KV pool held (max / mean)", fmt::format("{:.1f}% / {:.1f}%", 100 * s.kv_usage_max, 100 * s.kv_usage_mean));
+    }
+    if (v.preemptions >= 0) line("server preemptions", fmt::format("{:g}", v.preemptions));
   } else {
     line("server running / waiting", "unknown (no /metrics with known names)");
   }

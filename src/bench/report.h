@@ -4,8 +4,18 @@
 // The verdict, decided in this order (decide_verdict):
 //   capacity-limited  the server's /metrics showed waiting > 0 while the client had requests in flight,
 //                     in at least kMinQueuedSamples samples and kMinQueuedFraction of those with requests
-//                     in flight: the server held requests it could not run (KV pool or running cap
-//                     full), so the throughput is the server's capacity at this load.
+//                     in flight ("queued"), and in at least half of those queued samples the queue was
+//                     held by memory: the server said its requests waited for KV pages or at its cap on
+//                     running requests (nibble), or, where it does not say why, its KV pool was at least
+//                     kFullPoolUsage held; or it gave neither signal. The throughput is the server's
+//                     capacity at this load.
+//   compute-limited   queued as above, but the memory signals held in fewer than half of the queued
+//                     samples: mostly the requests waited for compute (the prefills ahead of them took
+//                     each step's token budget), so the throughput is the server's compute at this load
+//                     more than its KV memory. The counts in the reason say how mixed it was: a pool
+//                     that fills between long prefills holds the queue in some samples and compute in
+//                     the rest. (Where a server gives only its KV usage, a cap on running requests
+//                     cannot be told from compute: the reason says so.)
 //   server-limited    no queue in /metrics, but on average max(1, peak/4) of the requests the client had
 //                     in flight were neither running nor waiting in the server: they sat outside its
 //                     scheduler (HTTP accept queue, too few handler threads), a limit its metrics hide.
@@ -29,7 +39,7 @@
 
 namespace nibble::bench {
 
-enum class Verdict { kCapacityLimited, kServerLimited, kClientLimited, kRateLimited, kWorkloadLimited };
+enum class Verdict { kCapacityLimited, kComputeLimited, kServerLimited, kClientLimited, kRateLimited, kWorkloadLimited };
 std::string_view verdict_name(Verdict v);
 
 struct VerdictInputs {
@@ -42,7 +52,21 @@ struct VerdictInputs {
   int busy_samples = 0;               // samples in which the client had requests in flight
   double mean_unaccounted = 0;       // mean over samples of client in flight - server running - waiting
   int unaccounted_samples = 0;       // samples behind mean_unaccounted
+  // Of the queued samples: those in which the server said why its queue waited, and among them those
+  // held for KV pages and at the running cap; those with a KV usage, and among them those with the
+  // pool at least kFullPoolUsage held (with the largest usage seen).
+  int queued_with_reasons = 0;
+  int queued_for_pages = 0;
+  int queued_for_running_cap = 0;
+  int queued_with_usage = 0;
+  int queued_pool_full = 0;
+  double max_usage_queued = 0;
+  double preemptions = -1;           // during the run (the counter's last sample minus its first); -1: unknown
 };
+// A KV pool at least this much held by running requests counts as full: a server that admits a
+// request's first chunk while it has pages for it keeps its pool near 100% held when memory is what
+// limits it.
+inline constexpr double kFullPoolUsage = 0.9;
 // Fewer samples than this cannot tell requests stuck outside the scheduler from the moments between
 // a request's arrival and its admission, so they never make a run "server-limited".
 inline constexpr int kMinSamplesForServerLimited = 10;
@@ -91,6 +115,7 @@ struct RunSummary {
   bool metrics_found = false;
   size_t metrics_samples = 0;
   double server_running_max = 0, server_running_mean = 0, server_waiting_max = 0, server_waiting_mean = 0;
+  double kv_usage_max = -1, kv_usage_mean = -1;  // over the samples with a KV usage; -1: none had one
   VerdictInputs verdict_inputs;
   VerdictResult verdict;
 };

@@ -13,6 +13,11 @@ constexpr std::array<std::string_view, 4> kRunningNames = {"nibble_requests_runn
                                                            "vllm:num_requests_running", "sglang:num_running_reqs"};
 constexpr std::array<std::string_view, 4> kWaitingNames = {"nibble_requests_waiting", "nibble:num_requests_waiting",
                                                            "vllm:num_requests_waiting", "sglang:num_queue_reqs"};
+constexpr std::array<std::string_view, 3> kUsageNames = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                                                         "sglang:token_usage"};
+constexpr std::array<std::string_view, 2> kPreemptionNames = {"nibble_preemptions_total", "vllm:num_preemptions_total"};
+constexpr std::array<std::string_view, 1> kWaitingForPagesNames = {"nibble_requests_waiting_for_pages"};
+constexpr std::array<std::string_view, 1> kWaitingForCapNames = {"nibble_requests_waiting_for_running_cap"};
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -20,8 +25,9 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+template <size_t N>
 std::optional<double> first_found(const std::map<std::string, double, std::less<>>& sums,
-                                  const std::array<std::string_view, 4>& names) {
+                                  const std::array<std::string_view, N>& names) {
   for (std::string_view name : names) {
     if (auto it = sums.find(name); it != sums.end()) return it->second;
   }
@@ -60,7 +66,22 @@ ServerLoad parse_server_load(std::string_view text) {
     if (ec != std::errc() || ptr != number.data() + number.size() || !std::isfinite(value)) continue;
     sums[std::string(name)] += value;
   }
-  return {.running = first_found(sums, kRunningNames), .waiting = first_found(sums, kWaitingNames)};
+  ServerLoad load{.running = first_found(sums, kRunningNames),
+                  .waiting = first_found(sums, kWaitingNames),
+                  .waiting_for_pages = first_found(sums, kWaitingForPagesNames),
+                  .waiting_for_running_cap = first_found(sums, kWaitingForCapNames),
+                  .kv_usage = std::nullopt,  // below
+                  .preemptions = first_found(sums, kPreemptionNames)};
+  const auto free = sums.find("nibble_kv_pages_free"), evictable = sums.find("nibble_kv_pages_evictable"),
+             total = sums.find("nibble_kv_pages_total");
+  if (free != sums.end() && evictable != sums.end() && total != sums.end() && total->second > 0) {
+    load.kv_usage = 1 - (free->second + evictable->second) / total->second;
+  } else {
+    load.kv_usage = first_found(sums, kUsageNames);
+  }
+  // A usage outside [0, 1] is a server's bug or another meaning of the name: not a usage.
+  if (load.kv_usage && !(*load.kv_usage >= 0 && *load.kv_usage <= 1)) load.kv_usage.reset();
+  return load;
 }
 
 }  // namespace nibble::bench

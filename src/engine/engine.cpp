@@ -525,6 +525,7 @@ void Engine::publish_metrics() {
   working_.kv_pages_total = allocator.num_pages();
   working_.kv_pages_free = allocator.num_free();
   working_.kv_pages_cached = core_->cache.cached_pages();
+  working_.kv_pages_evictable = core_->cache.evictable_pages();
   working_.kv_pages_requests = allocator.num_used() - core_->cache.cached_pages();
   working_.page_size = options_.page_size;
   working_.running_requests = core_->scheduler.num_running();
@@ -533,6 +534,9 @@ void Engine::publish_metrics() {
   working_.steps = stats.steps;
   std::lock_guard lock(mutex_);
   waiting_snapshot_ = core_->scheduler.num_waiting();
+  const scheduler::QueueBlock block = core_->scheduler.queue_block();
+  working_.waiting_for_pages = block == scheduler::QueueBlock::kPages ? waiting_snapshot_ : 0;
+  working_.waiting_for_running_cap = block == scheduler::QueueBlock::kRunningCap ? waiting_snapshot_ : 0;
   working_.waiting_requests = waiting_snapshot_ + static_cast<int64_t>(inbox_.size());
   metrics_ = working_;
 }

@@ -34,10 +34,16 @@ struct EngineMetrics {
   int64_t kv_pages_total = 0;
   int64_t kv_pages_free = 0;
   int64_t kv_pages_cached = 0;       // held by the prefix cache
+  int64_t kv_pages_evictable = 0;    // of those, in no running request's path: freed on demand
   int64_t kv_pages_requests = 0;     // held privately by running requests (total - free - cached)
   int64_t page_size = 0;
   int64_t running_requests = 0;
   int64_t waiting_requests = 0;      // submitted, not yet admitted (engine inbox included)
+  // Of those, the scheduler's queue when its last step stopped admitting for lack of KV pages (or
+  // preempted for them), or at the running cap; 0 otherwise. The rest wait for compute: the step's
+  // token budget went to the requests ahead of them (scheduler::QueueBlock).
+  int64_t waiting_for_pages = 0;
+  int64_t waiting_for_running_cap = 0;
   // counters
   int64_t requests_finished = 0;     // stop, length
   int64_t requests_cancelled = 0;

@@ -127,6 +127,13 @@ void Scheduler::schedule(Sequence& seq, int64_t n, StepPlan& plan) {
   stats_.computed_tokens += n;
 }
 
+QueueBlock Scheduler::block_after_admissions(bool short_of_pages) const {
+  if (waiting_.empty()) return QueueBlock::kNone;
+  if (short_of_pages) return QueueBlock::kPages;
+  if (static_cast<int64_t>(running_.size()) >= config_.max_running) return QueueBlock::kRunningCap;
+  return QueueBlock::kTokenBudget;  // the loops' last condition: the budget went to the requests ahead
+}
+
 bool Scheduler::try_admit(Sequence& seq, int64_t budget, StepPlan& plan) {
   // Match all but the last token: its logits are needed, so at least one token is computed.
   const std::span<const TokenId> known(seq.tokens);
@@ -205,13 +212,18 @@ StepPlan Scheduler::step() {
 
   // Admissions, strictly FIFO. Not in a step that preempted: the pool is short, and admitting now
   // would only preempt again.
+  bool short_of_pages = preempted;
   while (!preempted && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_running) {
     Sequence& seq = *waiting_.front();
-    if (!try_admit(seq, budget, plan)) break;
+    if (!try_admit(seq, budget, plan)) {
+      short_of_pages = true;
+      break;
+    }
     waiting_.pop_front();
     budget -= plan.sequences.back().num_new_tokens;
   }
+  queue_block_ = block_after_admissions(short_of_pages);
   if (!plan.empty()) outstanding_.push_back(std::move(pending_));
   pending_.clear();
   return plan;
@@ -256,13 +268,20 @@ StepPlan Scheduler::step_ahead() {
     plan.sequences.back().fed_row = sample_row.at(seq->request.id);
     --budget;
   }
-  // Admissions, FIFO as in step(); one that scores its prompt ends them (above).
+  // Admissions, FIFO as in step(); one that scores its prompt ends them (above: step() admits it,
+  // so it waits for the next step, as for the budget).
+  bool short_of_pages = false;
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_running) {
     Sequence& seq = *waiting_.front();
-    if (seq.request.compute_whole_prompt || !try_admit(seq, budget, plan)) break;
+    if (seq.request.compute_whole_prompt) break;
+    if (!try_admit(seq, budget, plan)) {
+      short_of_pages = true;
+      break;
+    }
     waiting_.pop_front();
     budget -= plan.sequences.back().num_new_tokens;
   }
+  queue_block_ = block_after_admissions(short_of_pages);
   if (!plan.empty()) {
     ++stats_.steps;
     outstanding_.push_back(std::move(pending_));

@@ -64,6 +64,14 @@ struct SchedulerStats {
   int64_t rejected = 0;           // submit() refusals
 };
 
+// Why the last step planned left the queue's front waiting.
+enum class QueueBlock {
+  kNone,         // nothing waits
+  kTokenBudget,  // the step's max_batch_tokens went to the requests ahead (compute)
+  kPages,        // its first chunk's pages could not be freed, or the step preempted for pages
+  kRunningCap,   // max_running requests are running
+};
+
 class Scheduler {
  public:
   // The allocator and the cache (built on that allocator, same page size) must outlive the
@@ -102,6 +110,7 @@ class Scheduler {
   bool idle() const { return running_.empty() && waiting_.empty(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  QueueBlock queue_block() const { return queue_block_; }
   bool is_live(RequestId id) const { return sequences_.count(id) != 0; }
   const Request& request(RequestId id) const;                 // throws nibble::Error if not live
   const std::vector<TokenId>& generated(RequestId id) const;  // tokens so far (prompt excluded)
@@ -146,6 +155,11 @@ class Scheduler {
   std::vector<Pending> pending_;                  // of the plan being built
   std::deque<std::vector<Pending>> outstanding_;  // plans awaiting update(), oldest first (at most 2)
   SchedulerStats stats_;
+  QueueBlock queue_block_ = QueueBlock::kNone;  // of the last plan built
+
+  // Why an admission loop left waiting_'s front there; short_of_pages: it failed for pages or the
+  // step preempted.
+  QueueBlock block_after_admissions(bool short_of_pages) const;
 };
 
 }  // namespace nibble::scheduler

@@ -56,10 +56,18 @@ std::string metrics_text(const engine::EngineMetrics& m, const std::string& mode
   gauge("nibble_kv_pages_used", "KV cache pages held by running requests (prefix cache excluded).",
         m.kv_pages_requests);
   gauge("nibble_kv_pages_cached", "KV cache pages held by the prefix cache.", m.kv_pages_cached);
+  gauge("nibble_kv_pages_evictable", "Prefix-cache pages no running request uses: freed on demand.",
+        m.kv_pages_evictable);
   gauge("nibble_kv_pages_free", "KV cache pages free.", m.kv_pages_free);
   gauge("nibble_kv_page_size_tokens", "Tokens per KV cache page.", m.page_size);
   gauge("nibble_requests_running", "Requests admitted to the running batch.", m.running_requests);
   gauge("nibble_requests_waiting", "Requests queued, not yet admitted.", m.waiting_requests);
+  gauge("nibble_requests_waiting_for_pages",
+        "Queued requests the last step could not admit for lack of KV pages (0 when it stopped for another reason).",
+        m.waiting_for_pages);
+  gauge("nibble_requests_waiting_for_running_cap",
+        "Queued requests the last step could not admit because --max-running requests were running.",
+        m.waiting_for_running_cap);
   counter("nibble_requests_finished_total", "Requests finished by a stop condition or max_tokens.",
           m.requests_finished);
   counter("nibble_requests_cancelled_total", "Requests cancelled (client gone or shutdown).", m.requests_cancelled);

@@ -85,6 +85,27 @@ TEST(BenchAgainstServe, TinyKvPoolIsCapacityLimited) {
   EXPECT_GT(r.json["server"]["waiting_max"].get<double>(), 0) << r.out;
   EXPECT_LE(r.json["server"]["running_max"].get<double>(), 2) << r.out;
   EXPECT_EQ(r.json["verdict"], "capacity-limited") << r.out;
+  // The server said why: its queue waited for KV pages.
+  EXPECT_GT(r.json["server"]["queued_for_pages"].get<int>(), 0) << r.out;
+  EXPECT_NE(r.out.find("for lack of KV pages"), std::string::npos) << r.out;
+}
+
+TEST(BenchAgainstServe, QueueBehindPrefillWithRoomInThePoolIsComputeLimited) {
+  // 16 tokens per engine step and prompts of 200: each prompt takes ~13 steps, so the requests queue
+  // behind the prefills ahead of them, while the 512-page pool (8192 tokens) holds all 16 at once.
+  ServeProcess serve({"--kv-pages", "512", "--max-running", "64", "--max-batch-tokens", "16"});
+  ASSERT_FALSE(serve.base_url().empty()) << serve.log();
+  const BenchRun r = bench(serve.base_url(), "--workload random --input-len 200 --output-len 8 --num-requests 16 "
+                                             "--max-concurrency 16 --metrics-interval 0.005 --seed 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_EQ(r.json["completed"], 16) << r.out;
+  EXPECT_GT(r.json["server"]["waiting_max"].get<double>(), 4) << r.out;
+  EXPECT_EQ(r.json["server"]["queued_for_pages"], 0) << r.out;
+  EXPECT_EQ(r.json["server"]["queued_for_running_cap"], 0) << r.out;
+  EXPECT_EQ(r.json["server"]["preemptions"], 0.0) << r.out;
+  EXPECT_LT(r.json["server"]["kv_usage_max"].get<double>(), 0.5) << r.out;
+  EXPECT_EQ(r.json["verdict"], "compute-limited") << r.out;
+  EXPECT_NE(r.out.find("server queue held by"), std::string::npos) << r.out;
 }
 
 TEST(BenchAgainstServe, SharedPrefixReportsCacheHitsAndSweepWritesSvg) {

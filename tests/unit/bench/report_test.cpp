@@ -51,6 +51,49 @@ TEST(Verdict, DecisionTable) {
   EXPECT_NE(unknown.reason.find("unknown"), std::string::npos) << unknown.reason;
 }
 
+// A queue: capacity when memory held it in at least half of the queued samples, by the server's own
+// reasons first, then its KV usage; compute otherwise; capacity when the server says neither.
+TEST(Verdict, QueueHeldByMemoryOrCompute) {
+  const VerdictInputs queued{.concurrency_cap = 8, .peak_in_flight = 8, .metrics_found = true,
+                             .max_waiting_while_busy = 5, .queued_samples = 10, .busy_samples = 20};
+  auto with = [&](auto change) {
+    VerdictInputs in = queued;
+    change(in);
+    return decide_verdict(in);
+  };
+  // nibble: reasons in every queued sample.
+  VerdictResult r = with([](VerdictInputs& in) { in.queued_with_reasons = 10, in.queued_for_pages = 5; });
+  EXPECT_EQ(r.verdict, Verdict::kCapacityLimited);
+  EXPECT_NE(r.reason.find("for lack of KV pages in 5 of 10"), std::string::npos) << r.reason;
+  r = with([](VerdictInputs& in) { in.queued_with_reasons = 10, in.queued_for_running_cap = 7; });
+  EXPECT_EQ(r.verdict, Verdict::kCapacityLimited);
+  EXPECT_NE(r.reason.find("at its cap on running requests"), std::string::npos) << r.reason;
+  r = with([](VerdictInputs& in) { in.queued_with_reasons = 10, in.queued_for_pages = 3, in.queued_for_running_cap = 3; });
+  EXPECT_EQ(r.verdict, Verdict::kCapacityLimited);
+  EXPECT_NE(r.reason.find("for KV pages or at its running cap in 6 of 10"), std::string::npos) << r.reason;
+  r = with([](VerdictInputs& in) { in.queued_with_reasons = 10, in.queued_for_pages = 4, in.preemptions = 2; });
+  EXPECT_EQ(r.verdict, Verdict::kComputeLimited);
+  EXPECT_NE(r.reason.find("in only 4 of 10"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("2 requests were preempted"), std::string::npos) << r.reason;
+  // The reasons outrank the usage: a pool full of running requests with room for the next chunk.
+  r = with([](VerdictInputs& in) {
+    in.queued_with_reasons = 10, in.queued_with_usage = 10, in.queued_pool_full = 10, in.max_usage_queued = 0.95;
+  });
+  EXPECT_EQ(r.verdict, Verdict::kComputeLimited);
+  // Usage only (vLLM, SGLang).
+  r = with([](VerdictInputs& in) { in.queued_with_usage = 10, in.queued_pool_full = 5, in.max_usage_queued = 0.97; });
+  EXPECT_EQ(r.verdict, Verdict::kCapacityLimited);
+  EXPECT_NE(r.reason.find("at least 90% held in 5 of 10"), std::string::npos) << r.reason;
+  r = with([](VerdictInputs& in) { in.queued_with_usage = 10, in.queued_pool_full = 4, in.max_usage_queued = 0.93; });
+  EXPECT_EQ(r.verdict, Verdict::kComputeLimited);
+  EXPECT_NE(r.reason.find("at most 93%"), std::string::npos) << r.reason;
+  // Signals in fewer than half the queued samples are not believed either way.
+  r = with([](VerdictInputs& in) { in.queued_with_reasons = 4, in.queued_with_usage = 4, in.max_usage_queued = 0.1; });
+  EXPECT_EQ(r.verdict, Verdict::kCapacityLimited);
+  EXPECT_NE(r.reason.find("say neither"), std::string::npos) << r.reason;
+  EXPECT_EQ(verdict_name(Verdict::kComputeLimited), "compute-limited");
+}
+
 RequestRecord record(double start, double end, std::vector<double> chunks, int64_t out, int64_t prompt, int64_t cached) {
   RequestRecord r;
   r.ok = true;
@@ -111,6 +154,43 @@ TEST(Summary, HandComputedRun) {
   EXPECT_NE(format_table(s).find("capacity-limited"), std::string::npos);
   EXPECT_EQ(to_json(s)["verdict"], "capacity-limited");
   EXPECT_TRUE(to_json(s)["request_rate"].is_null());
+}
+
+// The server's reasons, KV usage and preemption counter, sample by sample, into the verdict's inputs.
+TEST(Summary, QueueReasonsUsageAndPreemptions) {
+  LoadResult load = synthetic_run(2);
+  load.samples[0].waiting_for_pages = 2, load.samples[0].waiting_for_running_cap = 0;
+  load.samples[1].waiting_for_pages = 0, load.samples[1].waiting_for_running_cap = 0;  // compute
+  load.samples[2].waiting_for_pages = 0, load.samples[2].waiting_for_running_cap = 2;
+  const double usage[] = {0.95, 0.5, 0.7, 0.1};
+  const double preemptions[] = {4, 4, 6, 7};
+  for (size_t i = 0; i < load.samples.size(); ++i) {
+    load.samples[i].kv_usage = usage[i];
+    load.samples[i].preemptions = preemptions[i];
+  }
+  const RunSummary s = summarize_run({.requested_concurrency = 2, .request_rate = kInf}, load);
+  const VerdictInputs& v = s.verdict_inputs;
+  EXPECT_EQ(v.queued_samples, 3);
+  EXPECT_EQ(v.queued_with_reasons, 3);
+  EXPECT_EQ(v.queued_for_pages, 1);
+  EXPECT_EQ(v.queued_for_running_cap, 1);
+  EXPECT_EQ(v.queued_with_usage, 3);
+  EXPECT_EQ(v.queued_pool_full, 1);
+  EXPECT_DOUBLE_EQ(v.max_usage_queued, 0.95);
+  EXPECT_DOUBLE_EQ(v.preemptions, 3);  // 7 - 4
+  EXPECT_DOUBLE_EQ(s.kv_usage_max, 0.95);
+  EXPECT_NEAR(s.kv_usage_mean, (0.95 + 0.5 + 0.7 + 0.1) / 4, 1e-12);
+  EXPECT_EQ(s.verdict.verdict, Verdict::kCapacityLimited);  // memory in 2 of 3
+  const std::string table = format_table(s);
+  EXPECT_NE(table.find("KV pages 1, running cap 1, compute 1 (of 3 queued samples)"), std::string::npos) << table;
+  EXPECT_NE(table.find("95.0% / 56.2%"), std::string::npos) << table;
+  EXPECT_EQ(to_json(s)["server"]["preemptions"], 3.0);
+  EXPECT_EQ(to_json(s)["server"]["queued_for_pages"], 1);
+  // Without these metrics: nulls in JSON, no lines in the table.
+  const RunSummary bare = summarize_run({.requested_concurrency = 2, .request_rate = kInf}, synthetic_run(1));
+  EXPECT_TRUE(to_json(bare)["server"]["kv_usage_max"].is_null());
+  EXPECT_TRUE(to_json(bare)["server"]["preemptions"].is_null());
+  EXPECT_EQ(format_table(bare).find("KV pool held"), std::string::npos);
 }
 
 TEST(Summary, QueueOnlyAfterTheClientWasDoneIsNotCapacity) {

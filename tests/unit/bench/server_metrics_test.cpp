@@ -40,5 +40,31 @@ TEST(ServerMetrics, OddLabelsMalformedLinesAndAbsence) {
   EXPECT_FALSE(none.running || none.waiting);
 }
 
+TEST(ServerMetrics, WhyRequestsWaitKvUsageAndPreemptions) {
+  ServerLoad load = parse_server_load(
+      "nibble_kv_pages_total{model=\"m\"} 200\n"
+      "nibble_kv_pages_free{model=\"m\"} 30\n"
+      "nibble_kv_pages_evictable{model=\"m\"} 20\n"
+      "nibble_requests_waiting{model=\"m\"} 3\n"
+      "nibble_requests_waiting_for_pages{model=\"m\"} 3\n"
+      "nibble_requests_waiting_for_running_cap{model=\"m\"} 0\n"
+      "nibble_preemptions_total{model=\"m\"} 12\n"
+      "vllm:kv_cache_usage_perc 0.2\n");
+  EXPECT_DOUBLE_EQ(load.kv_usage.value(), 0.75);  // nibble's pages first
+  EXPECT_DOUBLE_EQ(load.waiting_for_pages.value(), 3);
+  EXPECT_DOUBLE_EQ(load.waiting_for_running_cap.value(), 0);
+  EXPECT_DOUBLE_EQ(load.preemptions.value(), 12);
+  load = parse_server_load("vllm:gpu_cache_usage_perc{engine=\"0\"} 0.5\nvllm:num_preemptions_total 4\n");
+  EXPECT_DOUBLE_EQ(load.kv_usage.value(), 0.5);
+  EXPECT_DOUBLE_EQ(load.preemptions.value(), 4);
+  EXPECT_FALSE(load.waiting_for_pages || load.waiting_for_running_cap);
+  EXPECT_DOUBLE_EQ(parse_server_load("sglang:token_usage{model_name=\"x\"} 0.875\n").kv_usage.value(), 0.875);
+  // A pool of 0 pages, a usage past 1 or below 0: no usage.
+  EXPECT_FALSE(parse_server_load("nibble_kv_pages_total 0\nnibble_kv_pages_free 0\nnibble_kv_pages_evictable 0\n").kv_usage);
+  EXPECT_FALSE(parse_server_load("nibble_kv_pages_total 10\nnibble_kv_pages_free 8\n").kv_usage);  // no evictable count
+  EXPECT_FALSE(parse_server_load("vllm:kv_cache_usage_perc 87.5\n").kv_usage);
+  EXPECT_FALSE(parse_server_load("sglang:token_usage -0.1\n").kv_usage);
+}
+
 }  // namespace
 }  // namespace nibble::bench

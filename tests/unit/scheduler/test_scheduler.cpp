@@ -126,6 +126,40 @@ TEST(Scheduler, MaxRunningCapsAdmissions) {
   EXPECT_EQ(h.scheduler.num_waiting(), 1);
 }
 
+// queue_block(): why the last plan left the queue's front waiting, each cause alone.
+TEST(Scheduler, QueueBlockNamesWhyTheFrontWaits) {
+  {  // the token budget: request 1's 12-token prompt takes the step's 8 tokens; 16 pages are free
+    Harness h(16, kPageSize, {.max_batch_tokens = 8, .max_running = 4});
+    EXPECT_EQ(h.scheduler.queue_block(), QueueBlock::kNone);
+    h.scheduler.submit(make_request(1, iota_tokens(12), 4));
+    h.scheduler.submit(make_request(2, iota_tokens(4, 50), 4));
+    h.step();
+    EXPECT_EQ(h.scheduler.num_waiting(), 1);
+    EXPECT_EQ(h.scheduler.queue_block(), QueueBlock::kTokenBudget);
+    h.step();  // request 1's last 4 prompt tokens leave 4 for request 2: admitted
+    EXPECT_EQ(h.scheduler.num_waiting(), 0);
+    EXPECT_EQ(h.scheduler.queue_block(), QueueBlock::kNone);
+  }
+  {  // the running cap
+    Harness h(64, kPageSize, {.max_batch_tokens = 64, .max_running = 1});
+    h.scheduler.submit(make_request(1, iota_tokens(4), 4));
+    h.scheduler.submit(make_request(2, iota_tokens(4, 50), 4));
+    h.step();
+    EXPECT_EQ(h.scheduler.queue_block(), QueueBlock::kRunningCap);
+  }
+  {  // pages: 3 pages, request 1 (8 + 4 tokens) holds 2 of them after its prompt and the third from
+     // its first decode on; request 2's first chunk needs one more
+    Harness h(3, kPageSize, {.max_batch_tokens = 64, .max_running = 4}, /*prefix_cache=*/false);
+    h.scheduler.submit(make_request(1, iota_tokens(8), 4));
+    h.step();
+    h.step();  // request 1's first decode: its third page
+    h.scheduler.submit(make_request(2, iota_tokens(4, 50), 4));
+    h.step();
+    EXPECT_EQ(h.scheduler.num_waiting(), 1);
+    EXPECT_EQ(h.scheduler.queue_block(), QueueBlock::kPages);
+  }
+}
+
 TEST(Scheduler, StopIdFinishesAndIsReported) {
   Harness h(16, kPageSize, {.max_batch_tokens = 64, .max_running = 4});
   Request r = make_request(1, iota_tokens(5), 10);

@@ -75,6 +75,9 @@ TEST(MetricsText, PrometheusFormat) {
   m.kv_pages_total = 64;
   m.kv_pages_requests = 5;
   m.kv_pages_cached = 3;
+  m.kv_pages_evictable = 2;
+  m.waiting_requests = 7;
+  m.waiting_for_pages = 7;
   m.prefix_cache_hit_tokens = 48;
   m.time_to_first_token.observe(0.003);   // bucket le=0.005
   m.time_to_first_token.observe(100.0);   // +Inf only
@@ -83,6 +86,9 @@ TEST(MetricsText, PrometheusFormat) {
             std::string::npos);
   EXPECT_NE(text.find("nibble_kv_pages_used{model=\"st\\\"ories\"} 5\n"), std::string::npos);
   EXPECT_NE(text.find("nibble_kv_pages_cached{model=\"st\\\"ories\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("nibble_kv_pages_evictable{model=\"st\\\"ories\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("nibble_requests_waiting_for_pages{model=\"st\\\"ories\"} 7\n"), std::string::npos);
+  EXPECT_NE(text.find("nibble_requests_waiting_for_running_cap{model=\"st\\\"ories\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE nibble_prefix_cache_hit_tokens_total counter\n"), std::string::npos);
   EXPECT_NE(text.find("nibble_time_to_first_token_seconds_bucket{model=\"st\\\"ories\",le=\"0.001\"} 0\n"),
             std::string::npos);
