@@ -16,7 +16,7 @@
 #   KV_BUDGET_GIB the KV pool's GiB, equal for every format: the server gets --device-memory of the
 #                 checkpoint's bytes plus this and --mem-fraction 1; empty: size it in SERVE_ARGS [16]
 #   RUNS          the nibble bench runs, ';'-separated, each "NAME: FLAGS" [see below]
-#   SERVE_ARGS    more `nibble serve` flags [--max-batch-tokens 2048]
+#   SERVE_ARGS    more `nibble serve` flags, e.g. --max-batch-tokens 8192 [none]
 #   PORT          the servers' port [0: any free one]
 #   OUT           results: serve_<fmt>.log, <fmt>_<run>.json / .txt, summary.txt [bench-serving]
 #
@@ -31,7 +31,7 @@ SHAPE="${SHAPE:-llama3-8b}"
 DEVICE="${DEVICE:-cuda}"
 FORMATS="${FORMATS:-fp8 nvfp4}"
 KV_BUDGET_GIB="${KV_BUDGET_GIB-16}"
-SERVE_ARGS="${SERVE_ARGS:---max-batch-tokens 2048}"
+SERVE_ARGS="${SERVE_ARGS:-}"
 PORT="${PORT:-0}"  # 0: any free port, read back from the start line
 # Each run draws its own prompts (--seed), so no run finds another's in the prefix cache.
 # iso-concurrency: 6 requests of 32K + 1K fit every format's pool: the same batch, fewer bytes per step

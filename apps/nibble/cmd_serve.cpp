@@ -57,7 +57,7 @@ struct ServeArgs {
   int64_t page_size = 16;
   int64_t max_running = 64;
   int64_t max_waiting = 1024;
-  int64_t max_batch_tokens = 512;
+  std::optional<int64_t> max_batch_tokens;  // default: default_max_batch_tokens(device)
   bool no_prefix_cache = false;
   bool no_overlap = false;
   int64_t max_body_bytes = 8 << 20;
@@ -65,6 +65,14 @@ struct ServeArgs {
   double shutdown_grace_s = 10.0;
   nibble::cli::KvScaleFlags kv_scale_flags;
 };
+
+// Tokens per engine step when --max-batch-tokens is not given. On cuda a bigger prefill chunk pays
+// for its weight reads and fills the GEMMs: 4 prompts of 32K on an H200 (Llama-3-8B shape, nvfp4 KV;
+// PERFORMANCE.md, thirty-sixth round) prefilled at 11.7K / 13.5K / 14.3K tokens/s with 512 / 2048 /
+// 8192, mean time to first token 5.97 / 5.04 / 4.72 s, while the decode steps that carry a chunk
+// (the inter-token p99) took 53 / 168 / 443 ms. 2048 takes most of the gain for a third of 8192's
+// stall. On cpu a step's time grows with its tokens alone, so smaller chunks interleave better.
+int64_t default_max_batch_tokens(const std::string& device) { return device == "cuda" ? 2048 : 512; }
 
 struct PoolSize {
   int64_t pages = 0;
@@ -109,6 +117,8 @@ void run_serve(const ServeArgs& args) {
   NIBBLE_CHECK(args.max_running >= 1, "--max-running must be >= 1, got {}", args.max_running);
   NIBBLE_CHECK(args.max_waiting >= 0, "--max-waiting must be >= 0, got {}", args.max_waiting);
   NIBBLE_CHECK(args.shutdown_grace_s >= 0, "--shutdown-grace-s must be >= 0, got {}", args.shutdown_grace_s);
+  const int64_t max_batch_tokens = args.max_batch_tokens.value_or(default_max_batch_tokens(args.device));
+  NIBBLE_CHECK(max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, got {}", max_batch_tokens);
 
   // SIGINT/SIGTERM may land on any thread (OpenBLAS starts its own before main), so the handler
   // only writes a byte to a pipe; a watcher thread reads it and shuts the server down.
@@ -149,7 +159,7 @@ void run_serve(const ServeArgs& args) {
                          .num_pages = pool.pages,
                          .max_running = args.max_running,
                          .max_waiting = args.max_waiting,
-                         .max_batch_tokens = args.max_batch_tokens,
+                         .max_batch_tokens = max_batch_tokens,
                          .prefix_cache = !args.no_prefix_cache,
                          .global_scales = kv_scales,
                          .nvfp4_scale_rule = cli::parse_nvfp4_scale_rule(args.kv_scale_flags.nvfp4_scale_rule),
@@ -165,12 +175,13 @@ void run_serve(const ServeArgs& args) {
   fmt::print(stderr,
              "nibble serve: model {} ({}, context {} tokens) on {}; KV {}{}: {} pages x {} tokens = {} tokens "
              "({} B/token, {} per page, {} in all; from {}); {} requests of the full {}-token context fit; "
-             "prefix cache {}; overlapped steps {}; listening on http://{}:{}\n",
+             "{} tokens per step; prefix cache {}; overlapped steps {}; listening on http://{}:{}\n",
              model_name, args.model_dir, config.max_position_embeddings, args.device, quant::kv_dtype_name(kv_dtype),
              rotation == quant::Rotation::kHadamard ? " + hadamard" : "", pool.pages, args.page_size,
              pool.pages * args.page_size, bytes_per_token, format_bytes(static_cast<double>(layout.page_bytes())),
              format_bytes(static_cast<double>(layout.page_bytes() * pool.pages)), pool.source,
-             pool.full_context_requests, config.max_position_embeddings, args.no_prefix_cache ? "off" : "on",
+             pool.full_context_requests, config.max_position_embeddings, max_batch_tokens,
+             args.no_prefix_cache ? "off" : "on",
              args.no_overlap ? "off" : "on", args.host, port);
 
   std::thread watcher([&http] {
@@ -215,8 +226,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--page-size", args->page_size, "Tokens per KV page")->capture_default_str();
   cmd->add_option("--max-running", args->max_running, "Requests decoding at once")->capture_default_str();
   cmd->add_option("--max-waiting", args->max_waiting, "Queued requests before 429")->capture_default_str();
-  cmd->add_option("--max-batch-tokens", args->max_batch_tokens, "Tokens per engine step (decodes + prefill chunks)")
-      ->capture_default_str();
+  cmd->add_option("--max-batch-tokens", args->max_batch_tokens,
+                  "Tokens per engine step (decodes + prefill chunks); default 2048 on cuda, 512 on cpu. Larger: "
+                  "faster prefill, longer stalls of the other requests' tokens while a chunk runs");
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Turn the radix prefix cache off");
   cmd->add_flag("--no-overlap", args->no_overlap,
                 "Run engine steps one after another: no next step planned and launched while this one's tokens "

@@ -149,6 +149,13 @@ TEST_F(ServerTest, StartupLineStatesTheKvFigures) {
   const std::string log = server_->log();
   EXPECT_NE(log.find("KV f32: 256 pages x 4 tokens = 1024 tokens"), std::string::npos) << log;
   EXPECT_NE(log.find("2 requests of the full 512-token context fit"), std::string::npos) << log;  // 1024 / 512
+  EXPECT_NE(log.find("; 512 tokens per step;"), std::string::npos) << log;  // cpu's default --max-batch-tokens
+}
+
+TEST(ServerStartup, BadMaxBatchTokensIsRefusedByName) {
+  const CommandRun run = run_nibble("serve --model " + shell_quoted(kModelDir) + " --max-batch-tokens 0 --port 0");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("--max-batch-tokens must be >= 1, got 0"), std::string::npos) << run.err;
 }
 
 TEST_F(ServerTest, HealthAndModels) {
