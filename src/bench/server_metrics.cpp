@@ -29,7 +29,8 @@ template <size_t N>
 std::optional<double> first_found(const std::map<std::string, double, std::less<>>& sums,
                                   const std::array<std::string_view, N>& names) {
   for (std::string_view name : names) {
-    if (auto it = sums.find(name); it != sums.end()) return it->second;
+    // A sum of finite values may still overflow (a hostile or broken server): not a count.
+    if (auto it = sums.find(name); it != sums.end()) return std::isfinite(it->second) ? std::optional(it->second) : std::nullopt;
   }
   return std::nullopt;
 }

@@ -64,6 +64,10 @@ TEST(ServerMetrics, WhyRequestsWaitKvUsageAndPreemptions) {
   EXPECT_FALSE(parse_server_load("nibble_kv_pages_total 10\nnibble_kv_pages_free 8\n").kv_usage);  // no evictable count
   EXPECT_FALSE(parse_server_load("vllm:kv_cache_usage_perc 87.5\n").kv_usage);
   EXPECT_FALSE(parse_server_load("sglang:token_usage -0.1\n").kv_usage);
+  // Label sets whose sum overflows: no count (the name is not tried further down the list either).
+  const ServerLoad huge = parse_server_load("nibble_requests_running{a=\"1\"} 1e308\nnibble_requests_running{a=\"2\"} 1e308\n"
+                                            "vllm:num_requests_running 4\n");
+  EXPECT_FALSE(huge.running);
 }
 
 }  // namespace
