@@ -5,7 +5,11 @@
 //   --mem-fraction F    the memory planner's pool (`nibble plan`'s figures): F × device memory
 //                       (--device-memory, default: the backend's memory, Backend::memory_bytes:
 //                       this machine's RAM on cpu, the GPU's on cuda) minus the weights;
-//   neither             room for --max-running requests of the model's full context.
+//   neither             room for --max-running requests of the model's full context, at most what
+//                       --mem-fraction 0.9 would give (a 128K-context model's 64 full contexts
+//                       would not fit any GPU).
+// A pool that does not fit the memory beside the weights (the planner's estimate) is refused, naming
+// the sizes, before anything is allocated.
 // SIGINT/SIGTERM (server/http_server.h has the sequence): new requests get 503; in-flight requests
 // may finish for --shutdown-grace-s, then are cancelled (a stream still gets a last chunk with
 // finish_reason "abort" and [DONE]); the listener stops once every response is written; exit 0.
@@ -80,32 +84,51 @@ struct PoolSize {
   std::string source;
 };
 
+constexpr double kDefaultMemFraction = 0.9;  // the cap on the pool sized by --max-running
+
 PoolSize size_pool(const ServeArgs& args, nibble::runtime::LoadedModel& model, const nibble::cache::PageLayout& layout) {
   using namespace nibble;
   const int64_t context = model.config().max_position_embeddings;
   const int64_t pages_per_request = (context + args.page_size - 1) / args.page_size;
+  const int64_t memory =
+      args.device_memory ? static_cast<int64_t>(parse_bytes(*args.device_memory)) : model.backend().memory_bytes();
+  const std::string memory_text = format_bytes(static_cast<double>(memory));
+  const auto plan_at = [&](double fraction) {
+    return cache::plan_memory({.model = model.config(),
+                               .model_source = args.model_dir,
+                               .gpu_memory_bytes = memory,
+                               .mem_fraction = fraction,
+                               .weights_bytes = std::nullopt,  // estimated from the config
+                               .context_tokens = context,
+                               .page_size = args.page_size,
+                               .kv_dtypes = {layout.dtype()}});
+  };
   PoolSize size;
   if (args.kv_pages > 0) {
     size.pages = args.kv_pages;
     size.source = "--kv-pages";
   } else if (args.mem_fraction) {
-    const int64_t memory =
-        args.device_memory ? static_cast<int64_t>(parse_bytes(*args.device_memory)) : model.backend().memory_bytes();
-    const cache::MemoryPlan plan = cache::plan_memory({.model = model.config(),
-                                                       .model_source = args.model_dir,
-                                                       .gpu_memory_bytes = memory,
-                                                       .mem_fraction = *args.mem_fraction,
-                                                       .weights_bytes = std::nullopt,  // estimated from the config
-                                                       .context_tokens = context,
-                                                       .page_size = args.page_size,
-                                                       .kv_dtypes = {layout.dtype()}});
-    size.pages = plan.formats.at(0).pool_pages;
-    size.source = fmt::format("--mem-fraction {} of {}", *args.mem_fraction, format_bytes(static_cast<double>(memory)));
+    size.pages = plan_at(*args.mem_fraction).formats.at(0).pool_pages;
+    size.source = fmt::format("--mem-fraction {} of {}", *args.mem_fraction, memory_text);
   } else {
-    size.pages = args.max_running * pages_per_request;
-    size.source = fmt::format("--max-running {} full contexts", args.max_running);
+    const int64_t wanted = args.max_running * pages_per_request;
+    const int64_t fit = plan_at(kDefaultMemFraction).formats.at(0).pool_pages;
+    size.pages = std::min(wanted, fit);
+    size.source =
+        wanted <= fit
+            ? fmt::format("--max-running {} full contexts", args.max_running)
+            : fmt::format("{} of {} less the weights: --max-running {} full contexts would need {}", kDefaultMemFraction,
+                          memory_text, args.max_running,
+                          format_bytes(static_cast<double>(wanted) * static_cast<double>(layout.page_bytes())));
   }
   NIBBLE_CHECK(size.pages >= 1, "the KV pool would have no pages ({})", size.source);
+  const cache::MemoryPlan whole = plan_at(1.0);
+  NIBBLE_CHECK(size.pages <= whole.budget_bytes / layout.page_bytes(),
+               "the KV pool of {} pages ({}, from {}) does not fit beside the weights (~{}) in {} of memory{}: give "
+               "fewer --kv-pages or a --mem-fraction",
+               size.pages, format_bytes(static_cast<double>(size.pages) * static_cast<double>(layout.page_bytes())),
+               size.source, format_bytes(static_cast<double>(whole.weights_bytes)), memory_text,
+               args.device_memory ? " (--device-memory)" : "");
   size.full_context_requests = size.pages / pages_per_request;
   return size;
 }
@@ -219,7 +242,8 @@ void add_serve_command(CLI::App& app) {
   auto* fraction = cmd->add_option("--mem-fraction", args->mem_fraction,
                                    "Size the KV pool as `nibble plan` does: this fraction of device memory minus weights");
   cmd->add_option("--device-memory", args->device_memory,
-                  "Device memory for --mem-fraction, e.g. 141GB (default: this machine's RAM on cpu, the GPU's on cuda)");
+                  "Device memory for --mem-fraction and the pool's checks, e.g. 141GB (default: this machine's RAM on "
+                  "cpu, the GPU's on cuda)");
   cmd->add_option("--kv-pages", args->kv_pages, "KV pool pages (0 = see --mem-fraction / --max-running)")
       ->capture_default_str()
       ->excludes(fraction);

@@ -152,6 +152,32 @@ TEST_F(ServerTest, StartupLineStatesTheKvFigures) {
   EXPECT_NE(log.find("; 512 tokens per step;"), std::string::npos) << log;  // cpu's default --max-batch-tokens
 }
 
+// Without --kv-pages or --mem-fraction the pool holds --max-running full contexts, but no more than
+// --mem-fraction 0.9 would give (the planner's figure, as for `nibble plan`).
+TEST(ServerStartup, DefaultPoolIsCappedByTheMemory) {
+  const CommandRun plan = run_nibble("plan --config " + shell_quoted(kModelDir + "/config.json") +
+                                     " --gpu-memory 8MB --mem-fraction 0.9 --context 512 --page-size 16"
+                                     " --kv-dtype fp8 --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const int64_t planned = json::parse(plan.out)["formats"][0]["pool_pages"].get<int64_t>();
+  ServerProcess server({"--model", kModelDir, "--kv-dtype", "fp8", "--rotate", "none", "--device-memory", "8MB",
+                        "--max-running", "1000", "--page-size", "16"});
+  const std::string log = server.log();
+  EXPECT_NE(log.find(fmt::format("KV fp8: {} pages x 16 tokens", planned)), std::string::npos) << planned << ": " << log;
+  EXPECT_NE(log.find("from 0.9 of 8.00 MB less the weights: --max-running 1000 full contexts would need"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(post(server.port(), "/v1/completions", completion(std::vector<int>{1}, 4).dump()).status, 200);
+}
+
+TEST(ServerStartup, PoolLargerThanTheMemoryIsRefusedBeforeAllocating) {
+  const CommandRun run = run_nibble("serve --model " + shell_quoted(kModelDir) +
+                                    " --kv-dtype fp8 --kv-pages 100000 --device-memory 8MB --port 0");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("the KV pool of 100000 pages"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("does not fit beside the weights"), std::string::npos) << run.err;
+}
+
 TEST(ServerStartup, BadMaxBatchTokensIsRefusedByName) {
   const CommandRun run = run_nibble("serve --model " + shell_quoted(kModelDir) + " --max-batch-tokens 0 --port 0");
   EXPECT_NE(run.exit_code, 0);
