@@ -140,7 +140,7 @@ void run_bench(const BenchOptions& o) {
   }
   if (o.warmup > 0) {
     WorkloadSpec warm = spec;
-    warm.seed = spec.seed ^ 0x9e3779b97f4a7c15ULL;  // other prompts, so warm-up does not pre-fill the prefix cache
+    warm.seed = spec.seed ^ kWarmupSeedMix;  // other prompts, so warm-up does not pre-fill the prefix cache
     warm.num_requests = o.warmup;
     LoadConfig warm_load = load;
     warm_load.metrics_interval_s = 0;
@@ -155,11 +155,14 @@ void run_bench(const BenchOptions& o) {
 
   const std::vector<int> concurrencies = o.sweep.empty() ? std::vector<int>{o.max_concurrency} : o.sweep;
   std::vector<RunSummary> summaries;
-  for (int c : concurrencies) {
+  for (size_t point = 0; point < concurrencies.size(); ++point) {
+    const int c = concurrencies[point];
     LoadConfig run_load_config = load;
     run_load_config.max_concurrency = c;
     run_load_config.on_progress = progress_bar(!o.no_progress, c > 0 ? fmt::format("c={}", c) : "run");
-    const LoadResult result = run_load(run_load_config, sessions);
+    WorkloadSpec point_spec = spec;
+    point_spec.seed = sweep_point_seed(spec.seed, point);
+    const LoadResult result = run_load(run_load_config, point == 0 ? sessions : generate_workload(point_spec));
     RunDescription description{
         .label = o.label,
         .base_url = o.base_url,
@@ -246,7 +249,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds a request may stay silent before it fails");
   cmd->add_option("--num-gpus", o->num_gpus, "GPUs behind the server (divides tokens/s per GPU)");
   cmd->add_option("--json", o->json_path, "Write the run (or sweep) as JSON");
-  cmd->add_option("--sweep", o->sweep, "Concurrencies to run one after another, e.g. 1,2,4,8")->delimiter(',');
+  cmd->add_option("--sweep", o->sweep,
+                  "Concurrencies to run one after another, e.g. 1,2,4,8; each draws its own prompts (seeded from "
+                  "--seed), so none finds an earlier one's in the prefix cache")
+      ->delimiter(',');
   cmd->add_option("--svg", o->svg_path, "Write the Pareto plot (output tok/s per GPU vs per user)");
   cmd->add_option("--svg-add", o->svg_add, "Overlay another run's or sweep's JSON on the SVG (repeatable)");
   cmd->add_option("--label", o->label, "Name of this run/series in JSON and the SVG legend");

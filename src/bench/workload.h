@@ -65,6 +65,13 @@ struct WorkloadSpec {
 // Validates the spec (nibble::Error naming the bad field) and generates the sessions.
 std::vector<Session> generate_workload(const WorkloadSpec& spec);
 
+// The seed of point `point` of a --sweep: `seed` itself for the first point (a single run is
+// unchanged), a different one for each later point, so that no point sends the prompts an earlier
+// one left in the server's prefix cache (a sweep of one workload measured a warm cache after its
+// first point). The warm-up's seed (seed ^ kWarmupSeedMix) is none of them.
+inline constexpr uint64_t kWarmupSeedMix = 0x9e3779b97f4a7c15ULL;
+uint64_t sweep_point_seed(uint64_t seed, size_t point);
+
 // The words form of a prompt: unit u becomes kWordList[u % size], words joined by single spaces.
 // Used for /v1/chat/completions (which takes text); a word is roughly one token for most tokenizers,
 // the report uses the server's usage.prompt_tokens for the true count.

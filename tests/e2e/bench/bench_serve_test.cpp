@@ -128,6 +128,20 @@ TEST(BenchAgainstServe, SharedPrefixReportsCacheHitsAndSweepWritesSvg) {
   fs::remove(svg);
 }
 
+// Each point of a sweep draws its own prompts: the second point finds none of the first's in the
+// server's prefix cache (40-token prompts: 2 whole 16-token pages each would be hits otherwise).
+TEST(BenchAgainstServe, SweepPointsDoNotReuseEachOthersPrompts) {
+  ServeProcess serve({"--kv-pages", "64", "--max-running", "8"});
+  ASSERT_FALSE(serve.base_url().empty()) << serve.log();
+  const BenchRun r = bench(serve.base_url(), "--workload random --input-len 40 --output-len 2 --num-requests 4 "
+                                             "--sweep 1,2 --seed 5");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  ASSERT_EQ(r.json["runs"].size(), 2u);
+  EXPECT_EQ(r.json["runs"][0]["cached_tokens"], 0) << r.out;
+  EXPECT_EQ(r.json["runs"][1]["cached_tokens"], 0) << r.out;
+  EXPECT_EQ(r.json["runs"][1]["completed"], 4) << r.out;
+}
+
 TEST(BenchAgainstServe, BadFlagsFailWithAMessage) {
   const BenchRun r = bench("http://127.0.0.1:1", "--workload nope");
   EXPECT_NE(r.exit_code, 0);

@@ -85,6 +85,22 @@ TEST(Workload, RandomIsDeterministicPerSeedAndWithinRanges) {
   EXPECT_EQ(ids.size(), 11u);
 }
 
+TEST(Workload, SweepPointsHaveTheirOwnSeeds) {
+  for (uint64_t seed : {uint64_t{0}, uint64_t{7}, ~uint64_t{0}, kWarmupSeedMix}) {
+    EXPECT_EQ(sweep_point_seed(seed, 0), seed);
+    std::set<uint64_t> seen{seed, seed ^ kWarmupSeedMix};
+    for (size_t point = 1; point <= 100'000; ++point) {
+      ASSERT_TRUE(seen.insert(sweep_point_seed(seed, point)).second) << "seed " << seed << " point " << point;
+    }
+  }
+  // Other seeds, other prompts: the first point's and the second's random prompts differ.
+  WorkloadSpec spec{.kind = WorkloadKind::kRandom, .input_len = {32, 32}, .num_requests = 2, .seed = 3};
+  const std::vector<Session> first = generate_workload(spec);
+  spec.seed = sweep_point_seed(3, 1);
+  const std::vector<Session> second = generate_workload(spec);
+  EXPECT_NE(first[0].turns[0].segments.at(0).units, second[0].turns[0].segments.at(0).units);
+}
+
 TEST(Workload, SharedPrefixGroupsShareExactlyTheirPrefix) {
   const WorkloadSpec spec{.kind = WorkloadKind::kSharedPrefix, .input_len = {4, 4}, .output_len = {1, 1},
                           .prefix_len = 32, .num_groups = 3, .num_requests = 9, .seed = 5, .token_ids = {0, 1000000}};
