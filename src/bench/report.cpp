@@ -37,12 +37,13 @@ VerdictResult queued_verdict(const VerdictInputs& in) {
   if (half(in.queued_with_reasons)) {
     const int memory = in.queued_for_pages + in.queued_for_running_cap;
     if (half(memory)) {
-      const char* held = half(in.queued_for_pages)         ? "for lack of KV pages"
-                         : half(in.queued_for_running_cap) ? "at its cap on running requests"
-                                                           : "for KV pages or at its running cap";
+      const bool pages = half(in.queued_for_pages), cap = !pages && half(in.queued_for_running_cap);
+      const char* held = pages ? "for lack of KV pages" : cap ? "at its cap on running requests"
+                                                               : "for KV pages or at its running cap";
       return {Verdict::kCapacityLimited,
               fmt::format("{}, held {} in {} of {} such samples{}: this is the server's capacity at this load", queue,
-                          held, memory, queued, preempted)};
+                          held, pages ? in.queued_for_pages : cap ? in.queued_for_running_cap : memory, queued,
+                          preempted)};
     }
     return {Verdict::kComputeLimited,
             fmt::format("{}, but held for KV pages or at its running cap in only {} of {} such samples{}: mostly they "

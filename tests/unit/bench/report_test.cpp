@@ -65,6 +65,8 @@ TEST(Verdict, QueueHeldByMemoryOrCompute) {
   VerdictResult r = with([](VerdictInputs& in) { in.queued_with_reasons = 10, in.queued_for_pages = 5; });
   EXPECT_EQ(r.verdict, Verdict::kCapacityLimited);
   EXPECT_NE(r.reason.find("for lack of KV pages in 5 of 10"), std::string::npos) << r.reason;
+  r = with([](VerdictInputs& in) { in.queued_with_reasons = 10, in.queued_for_pages = 6, in.queued_for_running_cap = 2; });
+  EXPECT_NE(r.reason.find("for lack of KV pages in 6 of 10"), std::string::npos) << r.reason;  // the pages' count
   r = with([](VerdictInputs& in) { in.queued_with_reasons = 10, in.queued_for_running_cap = 7; });
   EXPECT_EQ(r.verdict, Verdict::kCapacityLimited);
   EXPECT_NE(r.reason.find("at its cap on running requests"), std::string::npos) << r.reason;
