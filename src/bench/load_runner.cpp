@@ -136,6 +136,7 @@ class LoadRun {
     r.turn = turn_index;
     r.prompt_units = turn.prompt_units();
     r.max_tokens = turn.max_tokens;
+    r.reusable_units = turn.reusable_units;
     int64_t text_chunks = 0;
     int status = 0;
     std::string error_body;

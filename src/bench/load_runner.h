@@ -54,6 +54,7 @@ struct RequestRecord {
   bool usage_reported = false;          // the final usage chunk came
   int64_t prompt_tokens = 0, output_tokens = 0, cached_tokens = 0;  // from usage (output: chunks if no usage)
   int64_t prompt_units = 0, max_tokens = 0;  // what was asked
+  int64_t reusable_units = 0;                // Turn::reusable_units
 };
 
 struct MetricsSample {

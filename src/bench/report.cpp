@@ -107,6 +107,7 @@ VerdictResult decide_verdict(const VerdictInputs& in) {
 }
 
 RunSummary summarize_run(const RunDescription& run, const LoadResult& load) {
+  int64_t prompt_units = 0, reusable_units = 0;  // of the completed requests
   RunSummary s;
   s.run = run;
   s.not_sent = load.not_sent;
@@ -128,6 +129,8 @@ RunSummary summarize_run(const RunDescription& run, const LoadResult& load) {
     s.prompt_tokens += r.prompt_tokens;
     s.output_tokens += r.output_tokens;
     s.cached_tokens += r.cached_tokens;
+    prompt_units += r.prompt_units;
+    reusable_units += r.reusable_units;
     e2e.push_back((r.end_s - r.start_s) * 1e3);
     if (r.first_token_s >= 0) {
       ttft.push_back((r.first_token_s - r.start_s) * 1e3);
@@ -149,6 +152,7 @@ RunSummary summarize_run(const RunDescription& run, const LoadResult& load) {
   }
   if (s.tpot_ms.count > 0 && s.tpot_ms.mean > 0) s.output_tokens_per_s_per_user = 1e3 / s.tpot_ms.mean;
   if (s.prompt_tokens > 0) s.prefix_cache_hit_rate = static_cast<double>(s.cached_tokens) / static_cast<double>(s.prompt_tokens);
+  if (prompt_units > 0) s.prefix_cache_ceiling = static_cast<double>(reusable_units) / static_cast<double>(prompt_units);
 
   // The server's view, each sample set against the client's own in-flight count at that instant.
   s.metrics_found = load.metrics_found;
@@ -250,6 +254,7 @@ nlohmann::json to_json(const RunSummary& s) {
       {"output_tokens", s.output_tokens},
       {"cached_tokens", s.cached_tokens},
       {"prefix_cache_hit_rate", s.prefix_cache_hit_rate},
+      {"prefix_cache_ceiling", s.prefix_cache_ceiling},
       {"ttft_ms", dist_json(s.ttft_ms)},
       {"tpot_ms", dist_json(s.tpot_ms)},
       {"itl_ms", dist_json(s.itl_ms)},
@@ -298,7 +303,11 @@ std::string format_table(const RunSummary& s) {
   line("output tokens/s", fmt::format("{:.1f} ({:.1f} per GPU, {:.1f} per user)", s.output_tokens_per_s,
                                       s.output_tokens_per_s_per_gpu, s.output_tokens_per_s_per_user));
   line("tokens in / out / cached", fmt::format("{} / {} / {}", s.prompt_tokens, s.output_tokens, s.cached_tokens));
-  line("prefix cache hit rate", fmt::format("{:.1f}%", 100 * s.prefix_cache_hit_rate));
+  line("prefix cache hit rate",
+       s.prefix_cache_ceiling > 0
+           ? fmt::format("{:.1f}% (ceiling {:.1f}%: the prompt tokens an earlier request had sent first)",
+                         100 * s.prefix_cache_hit_rate, 100 * s.prefix_cache_ceiling)
+           : fmt::format("{:.1f}%", 100 * s.prefix_cache_hit_rate));
   dist("TTFT (ms)", s.ttft_ms);
   dist("TPOT (ms)", s.tpot_ms);
   dist("ITL (ms)", s.itl_ms);

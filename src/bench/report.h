@@ -109,6 +109,10 @@ struct RunSummary {
   double output_tokens_per_s_per_user = 0;  // 1000 / mean TPOT (ms): one stream's decode speed
   int64_t prompt_tokens = 0, output_tokens = 0, cached_tokens = 0;
   double prefix_cache_hit_rate = 0;       // cached_tokens / prompt_tokens
+  // The most the workload lets a prefix cache serve: reusable over prompt units of the completed
+  // requests (Turn::reusable_units; units are tokens in the ids prompt format). Page granularity and
+  // requests sent together (a shared prefix computed twice) can keep a server below it.
+  double prefix_cache_ceiling = 0;
   Distribution ttft_ms, tpot_ms, itl_ms, e2e_ms;
   int request_slots = 0;
   ConcurrencyStats achieved;              // client's timeline over [first start, last end]

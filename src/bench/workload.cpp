@@ -102,7 +102,8 @@ std::vector<Session> generate_workload(const WorkloadSpec& spec) {
         const int64_t in_len = sample_uniform(rng, spec.input_len.min, spec.input_len.max);
         const int64_t out_len = sample_uniform(rng, spec.output_len.min, spec.output_len.max);
         history.push_back({.role = Role::kUser, .units = sample_units(rng, in_len, spec.token_ids)});
-        session.turns.push_back({.segments = history, .max_tokens = out_len});
+        const int64_t reusable = session.turns.empty() ? 0 : session.turns.back().prompt_units();
+        session.turns.push_back({.segments = history, .max_tokens = out_len, .reusable_units = reusable});
         // The synthetic reply stands in for what the server generated (its length is the requested
         // output length); the next turn's prompt extends this one, so a prefix cache can reuse it.
         history.push_back({.role = Role::kAssistant, .units = sample_units(rng, out_len, spec.token_ids)});
@@ -125,7 +126,10 @@ std::vector<Session> generate_workload(const WorkloadSpec& spec) {
     if (!prefixes.empty()) units = prefixes[static_cast<size_t>(i % spec.num_groups)];
     const std::vector<int32_t> fresh = sample_units(rng, in_len, spec.token_ids);
     units.insert(units.end(), fresh.begin(), fresh.end());
-    sessions.push_back({.turns = {{.segments = {{.role = Role::kUser, .units = std::move(units)}}, .max_tokens = out_len}}});
+    const int64_t reusable = !prefixes.empty() && i >= spec.num_groups ? spec.prefix_len : 0;  // group's 2nd on
+    sessions.push_back({.turns = {{.segments = {{.role = Role::kUser, .units = std::move(units)}},
+                                   .max_tokens = out_len,
+                                   .reusable_units = reusable}}});
   }
   return sessions;
 }

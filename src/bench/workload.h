@@ -43,6 +43,11 @@ struct Segment {
 struct Turn {
   std::vector<Segment> segments;  // the whole prompt: for agent turns the history, then the new input
   int64_t max_tokens = 0;         // requested output length
+  // Units at the prompt's start that an earlier request sent at the start of its own: the most a
+  // prefix cache can serve. Agent turns: the previous turn's whole prompt (not the synthetic reply
+  // after it, which the server never saw: it generated its own); shared-prefix requests after the
+  // first of their group: the group's prefix; otherwise 0.
+  int64_t reusable_units = 0;
   int64_t prompt_units() const;   // total units over segments
 };
 

@@ -122,6 +122,10 @@ TEST(BenchAgainstServe, SharedPrefixReportsCacheHitsAndSweepWritesSvg) {
   // of it at least: 3 pages of 16).
   EXPECT_GE(r.json["runs"][0]["cached_tokens"].get<int64_t>(), 5 * 32) << r.out;
   EXPECT_GT(r.json["runs"][0]["prefix_cache_hit_rate"].get<double>(), 0.3);
+  // The workload's ceiling: the 48-token prefix of requests 2..6 out of 6 prompts of 52.
+  EXPECT_DOUBLE_EQ(r.json["runs"][0]["prefix_cache_ceiling"].get<double>(), 5.0 * 48 / (6 * 52)) << r.out;
+  EXPECT_LE(r.json["runs"][0]["prefix_cache_hit_rate"].get<double>(),
+            r.json["runs"][0]["prefix_cache_ceiling"].get<double>());
   const std::string plot = slurp(svg);
   EXPECT_NE(plot.find("<svg"), std::string::npos);
   EXPECT_NE(plot.find("stories"), std::string::npos);

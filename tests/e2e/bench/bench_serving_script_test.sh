@@ -44,6 +44,8 @@ fp8_run, nv_run = runs["fp8", "capacity"]["server"]["running_max"], runs["nvfp4"
 assert nv_run > fp8_run, f"capacity: nvfp4 ran at most {nv_run} requests at once, fp8 {fp8_run}"
 fp8_hit, nv_hit = runs["fp8", "agent"]["prefix_cache_hit_rate"], runs["nvfp4", "agent"]["prefix_cache_hit_rate"]
 assert nv_hit > fp8_hit, f"agent: nvfp4 hit rate {nv_hit}, fp8 {fp8_hit}"
+ceiling = runs["nvfp4", "agent"]["prefix_cache_ceiling"]
+assert nv_hit <= ceiling + 1e-12, f"agent: nvfp4 hit rate {nv_hit} above the workload's ceiling {ceiling}"
 print(f"bench_serving_script_test: pools {tokens} tokens (x{ratio:.3f}); running max fp8 {fp8_run:g} nvfp4 {nv_run:g}; "
       f"agent hit rate fp8 {fp8_hit:.3f} nvfp4 {nv_hit:.3f}")
 PY

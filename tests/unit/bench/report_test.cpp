@@ -114,7 +114,10 @@ LoadResult synthetic_run(double waiting_at_busy_sample) {
   LoadResult load;
   load.records.push_back(record(0.0, 0.5, {0.1, 0.2, 0.4}, 3, 10, 4));
   load.records.push_back(record(0.25, 0.45, {0.3, 0.35}, 2, 10, 6));
+  load.records[0].prompt_units = 10, load.records[0].reusable_units = 4;
+  load.records[1].prompt_units = 10, load.records[1].reusable_units = 8;
   RequestRecord failed;
+  failed.prompt_units = failed.reusable_units = 10;
   failed.start_s = 0.6;
   failed.end_s = 0.7;
   failed.error = "HTTP 503: busy";
@@ -147,6 +150,9 @@ TEST(Summary, HandComputedRun) {
   EXPECT_NEAR(s.output_tokens_per_s_per_gpu, 5 / 0.7 / 2, 1e-9);
   EXPECT_NEAR(s.request_throughput, 2 / 0.7, 1e-9);
   EXPECT_NEAR(s.prefix_cache_hit_rate, 0.5, 1e-12);         // (4 + 6) / 20
+  EXPECT_NEAR(s.prefix_cache_ceiling, 0.6, 1e-12);          // (4 + 8) / 20; the failed request not counted
+  EXPECT_NE(format_table(s).find("50.0% (ceiling 60.0%"), std::string::npos) << format_table(s);
+  EXPECT_DOUBLE_EQ(to_json(s)["prefix_cache_ceiling"].get<double>(), 0.6);
   EXPECT_EQ(s.achieved.peak, 2);
   EXPECT_NEAR(s.achieved.time_average, (0.5 + 0.2 + 0.1) / 0.7, 1e-9);
   EXPECT_DOUBLE_EQ(s.server_waiting_max, 3);

@@ -74,6 +74,7 @@ TEST(Workload, RandomIsDeterministicPerSeedAndWithinRanges) {
     EXPECT_EQ(a[i].turns[0].max_tokens, b[i].turns[0].max_tokens);
     any_difference |= flat(a[i].turns[0]) != flat(c[i].turns[0]);
     in_lens.insert(a[i].turns[0].prompt_units());
+    EXPECT_EQ(a[i].turns[0].reusable_units, 0);  // nothing of a random prompt was sent before
     out_lens.insert(a[i].turns[0].max_tokens);
     for (int32_t id : flat(a[i].turns[0])) ids.insert(id);
   }
@@ -113,6 +114,7 @@ TEST(Workload, SharedPrefixGroupsShareExactlyTheirPrefix) {
       const auto q = flat(s[j].turns[0]);
       const bool same_group = i % 3 == j % 3;
       EXPECT_EQ(std::equal(p.begin(), p.begin() + 32, q.begin()), same_group) << i << " " << j;
+      EXPECT_EQ(s[i].turns[0].reusable_units, i < 3 ? 0 : 32) << i;  // the group's first has none
       EXPECT_NE(std::vector<int32_t>(p.begin() + 32, p.end()), std::vector<int32_t>(q.begin() + 32, q.end()));
     }
   }
@@ -133,8 +135,12 @@ TEST(Workload, AgentTurnsExtendThePreviousPrompt) {
       EXPECT_EQ(turn.segments.back().role, Role::kUser);
       EXPECT_GE(turn.segments.back().units.size(), 3u);
       EXPECT_LE(turn.segments.back().units.size(), 6u);
-      if (t == 0) continue;
+      if (t == 0) {
+        EXPECT_EQ(turn.reusable_units, 0);
+        continue;
+      }
       const Turn& prev = session.turns[t - 1];
+      EXPECT_EQ(turn.reusable_units, prev.prompt_units());  // not the synthetic reply after it
       const auto p = flat(prev), q = flat(turn);
       EXPECT_TRUE(std::equal(p.begin(), p.end(), q.begin()));
       // The synthetic reply in between has the previous turn's requested output length.
