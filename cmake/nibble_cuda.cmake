@@ -10,10 +10,12 @@ if(NOT NIBBLE_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    # Hopper by default; 80 (A100), 89 (L40/4090), 100 (B200), 120 (RTX 50) work with
-    # -DCMAKE_CUDA_ARCHITECTURES=80 etc. "90a" enables wgmma/setmaxnreg paths.
+    # Hopper by default, as sm_90a: its warpgroup MMAs (wgmma) are architecture-specific features,
+    # which the d128 prefill kernel uses (a 90a binary runs on 9.0 devices only). 80 (A100), 89
+    # (L40/4090), 90 (Hopper without wgmma), 100 (B200), 120 (RTX 50) work with
+    # -DCMAKE_CUDA_ARCHITECTURES=80 etc.; a list may mix them ("80;90a").
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
-      set(CMAKE_CUDA_ARCHITECTURES 90)
+      set(CMAKE_CUDA_ARCHITECTURES 90a)
     endif()
     enable_language(CUDA)
     # CMake < 3.26 does not know nvcc's C++20 flag ("requires the language dialect CUDA20").

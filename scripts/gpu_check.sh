@@ -43,6 +43,7 @@ if [[ -n "${NIBBLE_PREBUILT:-}" ]]; then
   BIN_DECODE_TEST="$PRE/bin/test_cuda_decode_attention"
   BIN_WRITE_TEST="$PRE/bin/test_cuda_kv_write"
   BIN_EXTEND_TEST="$PRE/bin/test_cuda_extend_attention"
+  BIN_PREFILL_TEST="$PRE/bin/test_cuda_prefill_attention"
 else
   cmake_args=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON)
   [[ -n "${NIBBLE_DEPS_PREFIX:-}" ]] && cmake_args+=("-DCMAKE_PREFIX_PATH=${NIBBLE_DEPS_PREFIX}")
@@ -80,6 +81,7 @@ else
   BIN_DECODE_TEST="$BUILD/tests/backend/cuda_attention/test_cuda_decode_attention"
   BIN_WRITE_TEST="$BUILD/tests/backend/cuda_kv_write/test_cuda_kv_write"
   BIN_EXTEND_TEST="$BUILD/tests/backend/cuda_prefill/test_cuda_extend_attention"
+  BIN_PREFILL_TEST="$BUILD/tests/backend/cuda_prefill/test_cuda_prefill_attention"
 fi
 
 if [[ -n "${NIBBLE_SKIP_TESTS:-}" ]]; then
@@ -128,6 +130,7 @@ command -v compute-sanitizer > /dev/null && SAN=compute-sanitizer
 small_decode='Formats/CudaDecodeSweep.*/nvfp4_d128_gqa4:Formats/CudaDecodeSweep.*/nvfp4_d64_gqa4:Formats/CudaDecodeSweep.*/f32_d128_gqa4:Formats/CudaDecodeSweep.*/bf16_d128_gqa8:Formats/CudaDecodeSweep.*/k8v4_d64_gqa8:Formats/CudaDecodeFormat.RotatedCacheRotatesQAndOutputInside/bf16:Formats/CudaDecodeFormat.PrefixReadyLastTokenCopiedAfterTheWait/nvfp4:Formats/CudaDecodeFormat.PrefixReadyLastTokenCopiedAfterTheWait/bf16:CudaDecodeNvfp4Steps.LongItemBuildsMatchTheOracle:CudaDecodeNvfp4Steps.SpanningUnitsMatchTheOracle:CudaDecodeNvfp4Steps.MixedContextsMatchTheOracle:CudaDecodeNvfp4Steps.ShortItemBuildMatchesTheOracle'
 small_write='Sweep/CudaKvWrite.*/nvfp4_d128_rot_p16_inf32:Sweep/CudaKvWrite.*/k8v4_d256_norot_p64_inbf16:FourOverSix/CudaKvWrite.*/nvfp4_d128_rot_p16_inf32_4over6'
 small_extend='CudaExtendAttention.SmallStepsForSanitizers:CudaExtendTileConversion.*'
+small_prefill='CudaPrefillAttention.ClimbingScoresRescaleMidSequence'  # every tile, the wgmma one included
 for tool in memcheck racecheck; do
   [[ -n "${NIBBLE_SKIP_SANITIZER:-}" ]] && break
   ok=1
@@ -138,6 +141,10 @@ for tool in memcheck racecheck; do
   if [[ -x "$BIN_EXTEND_TEST" ]]; then
     "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_EXTEND_TEST" \
       --gtest_filter="$small_extend" > "$OUT/sanitizer_${tool}_extend.log" 2>&1 || ok=0
+  fi
+  if [[ -x "$BIN_PREFILL_TEST" ]]; then
+    "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_PREFILL_TEST" \
+      --gtest_filter="$small_prefill" > "$OUT/sanitizer_${tool}_prefill.log" 2>&1 || ok=0
   fi
   if [[ $ok == 1 ]]; then log "compute-sanitizer $tool: clean"; else status=1; log "compute-sanitizer $tool: ERRORS (see sanitizer_${tool}_*.log)"; fi
 done

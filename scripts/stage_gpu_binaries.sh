@@ -5,7 +5,7 @@
 # of its time; this packs ~14 MB instead.
 #
 #   scripts/stage_gpu_binaries.sh [BUILD_DIR] [OUT_DIR]      # defaults: build-gpu-stage, build-gpu-stage/carry
-#   JOBS=2 CUDA_ARCH=90
+#   JOBS=2 CUDA_ARCH=90a
 #
 # The tarball holds bin/ (stripped binaries), lib/ (the shared libraries the GPU machine may lack:
 # fmt, pcre2, OpenBLAS and its Fortran runtime, cpp-httplib), tests.txt (the gpu-labelled test
@@ -24,7 +24,7 @@ targets=(test_cuda_kv_write test_cuda_decode_attention test_cuda_decode_plan tes
 # Every file compiled alone (no unity build): the staged build rebuilds only what changed, and it
 # checks that each file includes what it uses, which CI's unity builds would not notice.
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON -DNIBBLE_UNITY_BUILD=OFF \
-  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" > /dev/null
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90a}" > /dev/null
 ninja -C "$BUILD" -j "$JOBS" "${targets[@]}"
 
 stage="$BUILD/stage"
@@ -57,7 +57,7 @@ ldd "$stage"/bin/* | awk '/=>/ {print $3}' | sort -u |
 {
   echo "commit $(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet || echo ' + uncommitted changes')"
   echo "built $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
-  echo "$(c++ --version | head -1); $(nvcc --version | tail -2 | head -1); sm_${CUDA_ARCH:-90}"
+  echo "$(c++ --version | head -1); $(nvcc --version | tail -2 | head -1); sm_${CUDA_ARCH:-90a}"
 } > "$stage/build.txt"
 # One xz stream with a dictionary larger than the tar: every binary links the same CUDA backend
 # (~12 MB of device code each), which the window then stores once. 2026-12-03, 15 binaries and 7

@@ -4,10 +4,15 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/cuda/prefill_attention_tc.cuh"
+#if NIBBLE_CUDA_SM90A
+#include "backend/cuda/prefill_attention_wgmma.cuh"
+#endif
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 namespace nibble::cuda::detail {
 
@@ -20,11 +25,35 @@ void launch(const ChunkAttentionParams& p, cudaStream_t stream) {
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
-template <int D, typename T>
-void launch_prefill(const PrefillAttentionParams& p, const __nv_bfloat16* k_bf16, const __nv_bfloat16* v_bf16,
-                    cudaStream_t stream) {
-  auto* kernel = prefill_attention_kernel<D, T>;
-  // Above 48 KB of dynamic shared memory needs the opt-in (once per process and instantiation).
+#if NIBBLE_CUDA_SM90A
+inline constexpr bool kWgmmaBuilt = true;
+#else
+inline constexpr bool kWgmmaBuilt = false;
+struct WgmmaPrefillTile {};  // never in a tile list without sm_90a
+#endif
+
+// The current device is compute capability 9.0 (H100 / H200): the only one the sm_90a kernels run on.
+// Asked once per device and cached.
+[[maybe_unused]] bool device_is_sm90() {
+  static std::array<int8_t, 64> known{};  // 0 unknown, 1 yes, 2 no
+  int device = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= static_cast<int>(known.size())) return false;
+  if (known[device] == 0) {
+    int major = 0, minor = 0;
+    NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    known[device] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return known[device] == 1;
+}
+
+// One prefill kernel of tile configuration T on the (heads, sequences, query tiles) grid.
+using PrefillKernel = void (*)(PrefillAttentionParams, const __nv_bfloat16*, const __nv_bfloat16*);
+template <typename T>
+void launch_prefill_kernel(PrefillKernel kernel, const PrefillAttentionParams& p, const __nv_bfloat16* k_bf16,
+                           const __nv_bfloat16* v_bf16, cudaStream_t stream) {
+  // Above 48 KB of dynamic shared memory needs the opt-in (once per process and configuration).
   static const cudaError_t attribute_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   NIBBLE_CUDA_CHECK(attribute_status);
@@ -33,6 +62,21 @@ void launch_prefill(const PrefillAttentionParams& p, const __nv_bfloat16* k_bf16
                   static_cast<unsigned>((max_new + T::kRowsQ - 1) / T::kRowsQ));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, k_bf16, v_bf16);
   NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <int D, typename T>
+void launch_prefill(const PrefillAttentionParams& p, const __nv_bfloat16* k_bf16, const __nv_bfloat16* v_bf16,
+                    cudaStream_t stream) {
+#if NIBBLE_CUDA_SM90A
+  if constexpr (std::is_same_v<T, WgmmaPrefillTile>) {
+    // The wgmma kernel (head_dim 128), on a 9.0 device only.
+    if (!device_is_sm90()) throw_unsupported("prefill attention", "tile (the wgmma kernel)", "a 9.0 device", p.tile);
+    return launch_prefill_kernel<T>(prefill_attention_wgmma_kernel, p, k_bf16, v_bf16, stream);
+  }
+#endif
+  if constexpr (!std::is_same_v<T, WgmmaPrefillTile>) {
+    launch_prefill_kernel<T>(prefill_attention_kernel<D, T>, p, k_bf16, v_bf16, stream);
+  }
 }
 
 // The tile configurations built, per head_dim: <D, warps, 16-row blocks per warp, keys per tile,
@@ -64,12 +108,21 @@ struct PrefillTiles<64> {
                           PrefillTile<64, 4, 2, 64, 2>>;                                          // tile 2
   static constexpr int kDefault = 0;
 };
+// d128 on a 9.0 device of an sm_90a build: the wgmma kernel (prefill_attention_wgmma.cuh), tile 4,
+// is the default there (default_tile_index): H200, 2026-12-04, causal, 32 / 8 heads, TFLOP/s against
+// tile 1: 8K 483 / 387, 16K 499 / 403, 32K 492 / 408, 2K 355 / 310, 32 x 512 191 / 193.
 template <>
 struct PrefillTiles<128> {
-  using List = std::tuple<PrefillTile<128, 8, 2, 64, 1, true, 2, PrefillSchedule::kLazyRescale>,     // tile 1
-                          PrefillTile<128, 8, 2, 64, 1, true>,                                        // tile 2
-                          PrefillTile<128, 4, 2, 32, 2, true, 3, PrefillSchedule::kPipelined>>;      // tile 3
-  static constexpr int kDefault = 0;
+  using List = std::tuple<PrefillTile<128, 8, 2, 64, 1, true, 2, PrefillSchedule::kLazyRescale>,  // tile 1
+                          PrefillTile<128, 8, 2, 64, 1, true>,                                     // tile 2
+                          PrefillTile<128, 4, 2, 32, 2, true, 3, PrefillSchedule::kPipelined>     // tile 3
+#if NIBBLE_CUDA_SM90A
+                          ,
+                          WgmmaPrefillTile  // tile 4
+#endif
+                          >;
+  static constexpr int kDefault = 0;  // without the wgmma kernel
+  static constexpr int kWgmma = 3;
 };
 template <>
 struct PrefillTiles<256> {
@@ -87,10 +140,19 @@ void launch_tile(int index, const PrefillAttentionParams& p, const __nv_bfloat16
   }
 }
 
+// The default tile's 0-based index: the wgmma kernel at d128 where it runs, else kDefault.
+template <int D>
+int default_tile_index() {
+  if constexpr (D == 128 && kWgmmaBuilt) {
+    if (device_is_sm90()) return PrefillTiles<128>::kWgmma;
+  }
+  return PrefillTiles<D>::kDefault;
+}
+
 // PrefillAttentionParams::tile (0 = default, else 1-based) -> 0-based index into the list.
 template <int D>
 int tile_index(int tile) {
-  return tile == 0 ? PrefillTiles<D>::kDefault : tile - 1;
+  return tile == 0 ? default_tile_index<D>() : tile - 1;
 }
 
 template <int D>
@@ -104,6 +166,10 @@ std::string tile_name(int index) {
   if constexpr (I < std::tuple_size_v<List>) {
     if (index == static_cast<int>(I)) {
       using T = std::tuple_element_t<I, List>;
+      if constexpr (std::is_same_v<T, WgmmaPrefillTile>) {
+        return "2 warpgroups x 64 rows (128/block), 128 keys/tile, wgmma (sm_90a), K/V rings of 3 stages, "
+               "softmax beside P V";
+      } else {
       return std::to_string(T::kWarps) + " warps x " + std::to_string(T::kRowsWarp) + " rows (" +
              std::to_string(T::kRowsQ) + "/block), " + std::to_string(T::kKeys) + " keys/tile, >=" +
              std::to_string(T::kMinBlocks) + " blocks/SM" +
@@ -111,6 +177,7 @@ std::string tile_name(int index) {
              (T::kSchedule == PrefillSchedule::kLazyRescale ? ", lazy rescale"
               : T::kPipelined                               ? ", pipelined (lazy rescale)"
                                                             : "");
+      }
     }
     return tile_name<D, I + 1>(index);
   }

@@ -32,6 +32,7 @@
 #include "cache/page_layout.h"
 #include "common/error.h"
 #include "quant/bf16.h"
+#include "wgmma_probe.h"
 
 namespace nibble::backend {
 namespace {
@@ -329,6 +330,56 @@ TEST_F(CudaPrefillAttention, PrefillAndExtendInOneStep) {
     EXPECT_LE(e.extend.max_abs, kExtendTolerance) << "extend rows, head_dim " << head_dim;
     std::printf("  mixed step extend rows, head_dim %ld: max %.2e\n", static_cast<long>(head_dim), e.extend.max_abs);
   }
+}
+
+// The warpgroup MMA primitives the d128 prefill kernel is built on (wgmma.cuh), each alone against
+// a plain product in double: Q·K^T with both operands K-major in shared memory, and P·V with P from
+// registers and V MN-major. Products of bf16 values are exact in f32 and the sums of 128 run in f32,
+// so the bound is f32 rounding (~2^-24 per add), not bf16's. A wrong descriptor stride, swizzle or
+// fragment layout moves whole rows or columns (errors of the values' own size).
+TEST(CudaWgmma, DescriptorsAndFragmentsMatchPlainProducts) {
+  NIBBLE_SKIP_WITHOUT_GPU();
+  if (!cuda::test::wgmma_probe_built()) GTEST_SKIP() << "built without sm_90a (CMAKE_CUDA_ARCHITECTURES lacks 90a)";
+  int major = 0, minor = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  if (major != 9 || minor != 0) GTEST_SKIP() << "wgmma runs on compute capability 9.0 only, this is " << major << "." << minor;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const auto bf16_matrix = [&](int rows, bool non_negative) {
+    std::vector<uint16_t> m(static_cast<size_t>(rows) * 128);
+    for (auto& x : m) x = quant::bf16_from_f32(non_negative ? std::fabs(normal(rng)) : normal(rng));
+    return m;
+  };
+  const auto at = [](const std::vector<uint16_t>& m, int r, int c) { return double(quant::f32_from_bf16(m[r * 128 + c])); };
+  const std::vector<uint16_t> q = bf16_matrix(64, false), k = bf16_matrix(128, false);
+  const std::vector<uint16_t> p = bf16_matrix(64, true), v = bf16_matrix(128, false);
+  std::vector<double> s_want(64 * 128), o_want(64 * 128);
+  for (int r = 0; r < 64; ++r) {
+    for (int c = 0; c < 128; ++c) {
+      for (int d = 0; d < 128; ++d) {
+        s_want[r * 128 + c] += at(q, r, d) * at(k, c, d);
+        o_want[r * 128 + c] += at(p, r, d) * at(v, d, c);
+      }
+    }
+  }
+  const auto q_d = cuda::test::DeviceBuffer::from(q), k_d = cuda::test::DeviceBuffer::from(k);
+  const auto p_d = cuda::test::DeviceBuffer::from(p), v_d = cuda::test::DeviceBuffer::from(v);
+  cuda::test::DeviceBuffer s_d(64 * 128 * sizeof(float)), o_d(64 * 128 * sizeof(float));
+  s_d.fill(0xFF), o_d.fill(0xFF);  // NaN where nothing is written
+  cuda::test::wgmma_probe_qk(q_d.as<uint16_t>(), k_d.as<uint16_t>(), s_d.as<float>(), nullptr);
+  cuda::test::wgmma_probe_pv(p_d.as<uint16_t>(), v_d.as<uint16_t>(), o_d.as<float>(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> s_got = s_d.to_host<float>(), o_got = o_d.to_host<float>();
+  double s_err = 0.0, o_err = 0.0;
+  for (size_t i = 0; i < s_got.size(); ++i) {
+    s_err = std::isfinite(s_got[i]) ? std::max(s_err, std::fabs(s_got[i] - s_want[i])) : INFINITY;
+    o_err = std::isfinite(o_got[i]) ? std::max(o_err, std::fabs(o_got[i] - o_want[i])) : INFINITY;
+  }
+  std::printf("  wgmma Q K^T (K-major A and B): max abs error %.2e; P V (MN-major B): %.2e\n", s_err, o_err);
+  // |S|, |O| ~ 11 (128 products of unit normals): f32 sums keep ~1e-5.
+  EXPECT_LT(s_err, 1e-4);
+  EXPECT_LT(o_err, 1e-4);
 }
 
 // Host-side validation: runs without a GPU (nothing is launched before the checks).
