@@ -62,6 +62,7 @@ struct ServeArgs {
   int64_t max_running = 64;
   int64_t max_waiting = 1024;
   std::optional<int64_t> max_batch_tokens;  // default: default_max_batch_tokens(device)
+  double decode_reserve = 0.0;
   bool no_prefix_cache = false;
   bool no_overlap = false;
   int64_t max_body_bytes = 8 << 20;
@@ -142,6 +143,8 @@ void run_serve(const ServeArgs& args) {
   NIBBLE_CHECK(args.shutdown_grace_s >= 0, "--shutdown-grace-s must be >= 0, got {}", args.shutdown_grace_s);
   const int64_t max_batch_tokens = args.max_batch_tokens.value_or(default_max_batch_tokens(args.device));
   NIBBLE_CHECK(max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, got {}", max_batch_tokens);
+  NIBBLE_CHECK(args.decode_reserve >= 0.0 && args.decode_reserve <= 1.0, "--decode-reserve must be in [0, 1], got {}",
+               args.decode_reserve);
 
   // SIGINT/SIGTERM may land on any thread (OpenBLAS starts its own before main), so the handler
   // only writes a byte to a pipe; a watcher thread reads it and shuts the server down.
@@ -183,6 +186,7 @@ void run_serve(const ServeArgs& args) {
                          .max_running = args.max_running,
                          .max_waiting = args.max_waiting,
                          .max_batch_tokens = max_batch_tokens,
+                         .decode_reserve = args.decode_reserve,
                          .prefix_cache = !args.no_prefix_cache,
                          .global_scales = kv_scales,
                          .nvfp4_scale_rule = cli::parse_nvfp4_scale_rule(args.kv_scale_flags.nvfp4_scale_rule),
@@ -253,6 +257,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-batch-tokens", args->max_batch_tokens,
                   "Tokens per engine step (decodes + prefill chunks); default 2048 on cuda, 512 on cpu. Larger: "
                   "faster prefill, longer stalls of the other requests' tokens while a chunk runs");
+  cmd->add_option("--decode-reserve", args->decode_reserve,
+                  "Admit a request only while the KV pool also holds this fraction (0..1) of every admitted request's "
+                  "remaining max_tokens, and the rest of their prompts: 0 admits on the first chunk's pages and preempts "
+                  "(recomputes) the newest request when the pool runs out; 1 never preempts for growth")
+      ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Turn the radix prefix cache off");
   cmd->add_flag("--no-overlap", args->no_overlap,
                 "Run engine steps one after another: no next step planned and launched while this one's tokens "

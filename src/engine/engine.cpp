@@ -24,7 +24,9 @@ struct Engine::Core {
       : pool(std::move(kv_pool)),
         cache(pool.allocator(), {.page_size = options.page_size, .enabled = options.prefix_cache}),
         scheduler(pool.allocator(), cache,
-                  {.max_batch_tokens = options.max_batch_tokens, .max_running = options.max_running}) {}
+                  {.max_batch_tokens = options.max_batch_tokens,
+                   .max_running = options.max_running,
+                   .decode_reserve = options.decode_reserve}) {}
   cache::KvPool pool;
   cache::RadixCache cache;  // on pool's allocator
   scheduler::Scheduler scheduler;

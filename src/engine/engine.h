@@ -53,6 +53,7 @@ struct EngineOptions {
   int64_t max_running = 64;        // requests decoding at once
   int64_t max_waiting = 1024;      // submitted but not admitted; more are refused (kBusy)
   int64_t max_batch_tokens = 512;  // tokens per step (decodes + prefill chunks)
+  double decode_reserve = 0.0;     // admission's reserve for growth, [0, 1] (scheduler::SchedulerConfig)
   bool prefix_cache = true;
   cache::KvGlobalScales global_scales{};  // per-layer K/V g (from --kv-scales); empty = 1.0
   quant::Nvfp4ScaleRule nvfp4_scale_rule = quant::Nvfp4ScaleRule::kAmaxOver6;  // 4-over-6: CPU only

@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 #include "common/error.h"
@@ -40,6 +41,8 @@ Scheduler::Scheduler(cache::PageAllocator& allocator, cache::RadixCache& cache, 
   NIBBLE_CHECK(config.max_batch_tokens >= 1, "scheduler max_batch_tokens must be >= 1, got {}",
                config.max_batch_tokens);
   NIBBLE_CHECK(config.max_running >= 1, "scheduler max_running must be >= 1, got {}", config.max_running);
+  NIBBLE_CHECK(config.decode_reserve >= 0.0 && config.decode_reserve <= 1.0,
+               "scheduler decode_reserve must be in [0, 1], got {}", config.decode_reserve);
 }
 
 Scheduler::~Scheduler() {
@@ -89,6 +92,16 @@ int64_t Scheduler::remaining(const Sequence& seq) const {
 int64_t Scheduler::pages_for(const Sequence& seq, int64_t new_tokens) const {
   const int64_t needed = (seq.num_computed + new_tokens + page_size_ - 1) / page_size_;
   return std::max<int64_t>(needed - static_cast<int64_t>(seq.page_table.size()), 0);
+}
+
+// The pages seq will still add: the rest of its known tokens (prompt chunks, a recompute) and
+// decode_reserve of the KV its remaining max_tokens will write (the last token's is never stored).
+int64_t Scheduler::reserved_pages(const Sequence& seq) const {
+  const int64_t known = static_cast<int64_t>(seq.tokens.size());
+  const int64_t kv_target = static_cast<int64_t>(seq.request.prompt.size()) + std::max<int64_t>(seq.request.max_tokens - 1, 0);
+  const int64_t decode_left = std::max<int64_t>(kv_target - std::max(known, seq.num_computed), 0);
+  const auto reserve = static_cast<int64_t>(std::ceil(config_.decode_reserve * static_cast<double>(decode_left)));
+  return pages_for(seq, remaining(seq) + reserve);
 }
 
 bool Scheduler::make_free(int64_t pages) {
@@ -143,7 +156,16 @@ bool Scheduler::try_admit(Sequence& seq, int64_t budget, StepPlan& plan) {
   seq.num_computed = match.matched_tokens;
   seq.lock = match.handle;
   const int64_t n = std::min(remaining(seq), budget);
-  if (!make_free(pages_for(seq, n))) {
+  // The decode reserve: room for seq's and the running requests' growth, counted on free and
+  // evictable pages (seq's matched prefix is locked already). Not when nothing runs: submit() made
+  // sure a request fits the pool alone.
+  bool reserved = true;
+  if (config_.decode_reserve > 0.0 && !running_.empty()) {
+    int64_t need = reserved_pages(seq);
+    for (const Sequence* other : running_) need += reserved_pages(*other);
+    reserved = allocator_.num_free() + cache_.evictable_pages() >= std::max(need, pages_for(seq, n));
+  }
+  if (!reserved || !make_free(pages_for(seq, n))) {
     cache_.unlock(seq.lock);
     seq.page_table.clear();
     seq.num_tree_pages = 0;

@@ -50,6 +50,14 @@ struct SchedulerConfig {
   int64_t max_batch_tokens = 0;     // token budget per step (each decode 1, each chunk its size), >= 1
   int64_t max_running = 0;          // requests admitted at once, >= 1
   bool cache_after_prefill = true;  // offer prefill pages to the prefix cache as chunks complete
+  // Admission's reserve for the requests' growth, in [0, 1]. With r > 0 a request is admitted only
+  // while the pool (free pages and the prefix cache's evictable ones) also holds, for it and for every
+  // running request, the rest of its known tokens (a prompt in chunks, a preempted request's
+  // recompute) and r of the KV its remaining max_tokens will add. 0 admits on the first chunk's pages
+  // alone and preempts the newest request when the pool runs out (the default); 1 admits only what
+  // can run to max_tokens together, so nothing is preempted. (SGLang's schedule_conservativeness
+  // plays this part.)
+  double decode_reserve = 0.0;
 };
 
 struct SchedulerStats {
@@ -68,7 +76,7 @@ struct SchedulerStats {
 enum class QueueBlock {
   kNone,         // nothing waits
   kTokenBudget,  // the step's max_batch_tokens went to the requests ahead (compute)
-  kPages,        // its first chunk's pages could not be freed, or the step preempted for pages
+  kPages,        // its first chunk's pages (or the decode reserve) could not be had, or the step preempted
   kRunningCap,   // max_running requests are running
 };
 
@@ -128,6 +136,7 @@ class Scheduler {
   void validate(const Request& request) const;
   int64_t remaining(const Sequence& seq) const;
   int64_t pages_for(const Sequence& seq, int64_t new_tokens) const;  // pages to add for new_tokens
+  int64_t reserved_pages(const Sequence& seq) const;  // its pages to come under decode_reserve
   bool make_free(int64_t pages);                                     // evicts the cache as needed
   int64_t fit(const Sequence& seq, int64_t want);                    // tokens whose pages can be had
   void schedule(Sequence& seq, int64_t n, StepPlan& plan);

@@ -1,6 +1,7 @@
 // Scheduler: one behaviour per test, with plans worked out by hand (page size 4 throughout).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <string>
 
@@ -262,6 +263,11 @@ TEST(Scheduler, RejectsMalformedRequestsAndMisuse) {
   EXPECT_THROW(h.scheduler.finish(1, FinishReason::kCancelled), nibble::Error);
   EXPECT_THROW(Scheduler(h.allocator, h.cache, {.max_batch_tokens = 0, .max_running = 1}), nibble::Error);
   EXPECT_THROW(Scheduler(h.allocator, h.cache, {.max_batch_tokens = 1, .max_running = 0}), nibble::Error);
+  for (const double reserve : {-0.1, 1.5, std::nan("")}) {
+    EXPECT_THROW(Scheduler(h.allocator, h.cache, {.max_batch_tokens = 1, .max_running = 1, .decode_reserve = reserve}),
+                 nibble::Error)
+        << reserve;
+  }
 }
 
 TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
@@ -285,6 +291,33 @@ TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
   EXPECT_EQ(h.outputs[2], generate_alone(b));
   h.expect_no_request_pages();
   EXPECT_EQ(h.allocator.num_free(), 6);
+}
+
+// The two requests above with their growth reserved: after a's prefill (2 of the 6 pages), b's
+// first chunk would fit (2 pages) but b needs its prompt and 15 KV tokens to come (6 pages), and a
+// its 15 (4 more). Half reserved, 8 each: 4 + 2 pages against 4 free. Either way b waits for a to
+// finish instead of being admitted and preempted, and the outputs are the solo runs'.
+TEST(Scheduler, DecodeReserveAdmitsOnlyWhatCanGrow) {
+  for (const double reserve : {1.0, 0.5}) {
+    SCOPED_TRACE(::testing::Message() << "reserve " << reserve);
+    Harness h(6, kPageSize, {.max_batch_tokens = 64, .max_running = 4, .decode_reserve = reserve},
+              /*prefix_cache=*/false);
+    const Request a = make_request(1, iota_tokens(8), 16);
+    const Request b = make_request(2, iota_tokens(8, 40), 16);
+    h.scheduler.submit(a);
+    h.scheduler.submit(b);
+    h.step();  // a's prefill; b is held back by the reserve, not by its first chunk's 2 pages
+    EXPECT_EQ(h.scheduler.num_running(), 1);
+    EXPECT_EQ(h.scheduler.num_waiting(), 1);
+    EXPECT_EQ(h.scheduler.queue_block(), QueueBlock::kPages);
+    EXPECT_EQ(h.allocator.num_free(), 4);  // a holds 2 pages: b's 2 would have fitted without the reserve
+    for (int i = 0; i < 200 && h.finished.size() < 2; ++i) h.step();
+    EXPECT_EQ(h.scheduler.stats().preemptions, 0);
+    EXPECT_EQ(h.outputs[1], generate_alone(a));
+    EXPECT_EQ(h.outputs[2], generate_alone(b));
+    h.expect_no_request_pages();
+    EXPECT_EQ(h.allocator.num_free(), 6);
+  }
 }
 
 // step_ahead(), by hand: only with one plan awaiting its update, only in the steady state (every

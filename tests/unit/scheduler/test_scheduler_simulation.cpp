@@ -27,6 +27,7 @@ struct SimulationParams {
   bool prefix_cache = true;
   bool cancel_some = false;
   bool overlap = false;  // step as the engine overlaps: Harness::run_overlapped (step_ahead)
+  double decode_reserve = 0.0;
 };
 
 struct SimulationResult {
@@ -39,7 +40,8 @@ SimulationResult simulate(const SimulationParams& p) {
   std::mt19937 rng(p.seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   Harness h(p.num_pages, p.page_size,
-            {.max_batch_tokens = p.max_batch_tokens, .max_running = p.max_running}, p.prefix_cache);
+            {.max_batch_tokens = p.max_batch_tokens, .max_running = p.max_running, .decode_reserve = p.decode_reserve},
+            p.prefix_cache);
 
   // Three system-prompt stems shared by the requests, then a private suffix.
   std::vector<std::vector<TokenId>> stems;
@@ -123,40 +125,43 @@ SimulationResult simulate(const SimulationParams& p) {
 
 // Also stepped as the engine overlaps host work with the device (overlap: step_ahead plans the next
 // step while the last one's draws are in flight, fed those draws): the same outputs.
+// The tiny pool most simulations run: 14 pages of 4 tokens, 24 tokens per step, 6 running.
+SimulationParams tiny_pool(uint32_t seed, int num_requests) {
+  return {.seed = seed, .num_pages = 14, .page_size = 4, .max_batch_tokens = 24, .max_running = 6,
+          .num_requests = num_requests};
+}
+
+// Also with the decode reserve: the same outputs, and with all of it reserved nothing is preempted.
 TEST(SchedulerSimulation, SharedPrefixesThroughATinyPoolMatchSoloRuns) {
-  for (const bool overlap : {false, true}) {
-    SCOPED_TRACE(::testing::Message() << "overlap " << overlap);
-    int64_t preemptions = 0, hits = 0, ahead = 0;
-    for (uint32_t seed = 1; seed <= 6; ++seed) {
-      SCOPED_TRACE(::testing::Message() << "seed " << seed);
-      const SimulationResult r = simulate({.seed = seed,
-                                           .num_pages = 14,
-                                           .page_size = 4,
-                                           .max_batch_tokens = 24,
-                                           .max_running = 6,
-                                           .num_requests = 60,
-                                           .overlap = overlap});
-      EXPECT_EQ(r.stats.finished, 60);
-      preemptions += r.stats.preemptions;
-      hits += r.stats.prefix_hit_tokens;
-      ahead += r.ahead_plans;
+  for (const double reserve : {0.0, 0.5, 1.0}) {
+    for (const bool overlap : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "decode reserve " << reserve << ", overlap " << overlap);
+      int64_t preemptions = 0, hits = 0, ahead = 0;
+      for (uint32_t seed = 1; seed <= 6; ++seed) {
+        SCOPED_TRACE(::testing::Message() << "seed " << seed);
+        SimulationParams params = tiny_pool(seed, 60);
+        params.overlap = overlap;
+        params.decode_reserve = reserve;
+        const SimulationResult r = simulate(params);
+        EXPECT_EQ(r.stats.finished, 60);
+        preemptions += r.stats.preemptions;
+        hits += r.stats.prefix_hit_tokens;
+        ahead += r.ahead_plans;
+      }
+      if (reserve == 0.0) EXPECT_GT(preemptions, 0) << "the pool was meant to be too small: preemption never happened";
+      if (reserve == 1.0) EXPECT_EQ(preemptions, 0) << "admitted requests whose growth did not fit";
+      EXPECT_GT(hits, 0) << "shared prompt stems never hit the prefix cache";
+      if (overlap) EXPECT_GT(ahead, 100) << "steps were hardly ever planned ahead";
     }
-    EXPECT_GT(preemptions, 0) << "the pool was meant to be too small: preemption never happened";
-    EXPECT_GT(hits, 0) << "shared prompt stems never hit the prefix cache";
-    if (overlap) EXPECT_GT(ahead, 100) << "steps were hardly ever planned ahead";
   }
 }
 
 TEST(SchedulerSimulation, WithoutThePrefixCacheTheSameOutputs) {
   for (uint32_t seed = 1; seed <= 3; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
-    const SimulationResult r = simulate({.seed = seed,
-                                         .num_pages = 14,
-                                         .page_size = 4,
-                                         .max_batch_tokens = 24,
-                                         .max_running = 6,
-                                         .num_requests = 40,
-                                         .prefix_cache = false});
+    SimulationParams params = tiny_pool(seed, 40);
+    params.prefix_cache = false;
+    const SimulationResult r = simulate(params);
     EXPECT_EQ(r.stats.prefix_hit_tokens, 0);
     EXPECT_GT(r.stats.preemptions, 0);
   }
@@ -179,14 +184,10 @@ TEST(SchedulerSimulation, CancellationsAmidPreemptionLeakNothing) {
   for (const bool overlap : {false, true}) {
     for (uint32_t seed = 11; seed <= 14; ++seed) {
       SCOPED_TRACE(::testing::Message() << "seed " << seed << ", overlap " << overlap);
-      const SimulationResult r = simulate({.seed = seed,
-                                           .num_pages = 14,
-                                           .page_size = 4,
-                                           .max_batch_tokens = 24,
-                                           .max_running = 6,
-                                           .num_requests = 50,
-                                           .cancel_some = true,
-                                           .overlap = overlap});
+      SimulationParams params = tiny_pool(seed, 50);
+      params.cancel_some = true;
+      params.overlap = overlap;
+      const SimulationResult r = simulate(params);
       EXPECT_GT(r.stats.cancelled, 0);
     }
   }
