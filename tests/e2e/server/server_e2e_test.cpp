@@ -184,6 +184,26 @@ TEST(ServerStartup, BadMaxBatchTokensIsRefusedByName) {
   EXPECT_NE(run.err.find("--max-batch-tokens must be >= 1, got 0"), std::string::npos) << run.err;
 }
 
+TEST(ServerStartup, BadDecodeReserveIsRefusedByName) {
+  const CommandRun run = run_nibble("serve --model " + shell_quoted(kModelDir) + " --decode-reserve 1.5 --port 0");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("--decode-reserve must be in [0, 1], got 1.5"), std::string::npos) << run.err;
+}
+
+// With the whole decode reserved, two requests that cannot grow together in a 40-token pool (each
+// 5 prompt + up to 24 generated tokens) both complete, one after the other, and nothing is preempted.
+TEST(ServerStartup, DecodeReserveServesWithoutPreemption) {
+  ServerProcess server({"--model", kModelDir, "--kv-pages", "10", "--page-size", "4", "--decode-reserve", "1"});
+  const std::string body = completion("Once upon a time", 24, {{"ignore_eos", true}}).dump();
+  std::thread other([&] { EXPECT_EQ(post(server.port(), "/v1/completions", body).status, 200); });
+  EXPECT_EQ(post(server.port(), "/v1/completions", body).status, 200);
+  other.join();
+  const Reply metrics = get(server.port(), "/metrics");
+  EXPECT_NE(metrics.raw.find("nibble_requests_finished_total{model=\"stories260k\"} 2"), std::string::npos)
+      << metrics.raw;
+  EXPECT_NE(metrics.raw.find("nibble_preemptions_total{model=\"stories260k\"} 0"), std::string::npos) << metrics.raw;
+}
+
 TEST_F(ServerTest, HealthAndModels) {
   EXPECT_EQ(get(port(), "/health").status, 200);
   const Reply models = get(port(), "/v1/models");
