@@ -98,7 +98,8 @@ int64_t Scheduler::pages_for(const Sequence& seq, int64_t new_tokens) const {
 // decode_reserve of the KV its remaining max_tokens will write (the last token's is never stored).
 int64_t Scheduler::reserved_pages(const Sequence& seq) const {
   const int64_t known = static_cast<int64_t>(seq.tokens.size());
-  const int64_t kv_target = static_cast<int64_t>(seq.request.prompt.size()) + std::max<int64_t>(seq.request.max_tokens - 1, 0);
+  const int64_t kv_target =
+      static_cast<int64_t>(seq.request.prompt.size()) + std::max<int64_t>(seq.request.max_tokens - 1, 0);
   const int64_t decode_left = std::max<int64_t>(kv_target - std::max(known, seq.num_computed), 0);
   const auto reserve = static_cast<int64_t>(std::ceil(config_.decode_reserve * static_cast<double>(decode_left)));
   return pages_for(seq, remaining(seq) + reserve);
@@ -158,12 +159,12 @@ bool Scheduler::try_admit(Sequence& seq, int64_t budget, StepPlan& plan) {
   const int64_t n = std::min(remaining(seq), budget);
   // The decode reserve: room for seq's and the running requests' growth, counted on free and
   // evictable pages (seq's matched prefix is locked already). Not when nothing runs: submit() made
-  // sure a request fits the pool alone.
+  // sure a request fits the pool alone. (seq's share covers its first chunk's pages.)
   bool reserved = true;
   if (config_.decode_reserve > 0.0 && !running_.empty()) {
     int64_t need = reserved_pages(seq);
     for (const Sequence* other : running_) need += reserved_pages(*other);
-    reserved = allocator_.num_free() + cache_.evictable_pages() >= std::max(need, pages_for(seq, n));
+    reserved = allocator_.num_free() + cache_.evictable_pages() >= need;
   }
   if (!reserved || !make_free(pages_for(seq, n))) {
     cache_.unlock(seq.lock);

@@ -173,13 +173,13 @@ std::string tile_name(int index) {
         return "2 warpgroups x 64 rows (128/block), 128 keys/tile, wgmma (sm_90a), K/V rings of 3 stages, "
                "softmax beside P V";
       } else {
-      return std::to_string(T::kWarps) + " warps x " + std::to_string(T::kRowsWarp) + " rows (" +
-             std::to_string(T::kRowsQ) + "/block), " + std::to_string(T::kKeys) + " keys/tile, >=" +
-             std::to_string(T::kMinBlocks) + " blocks/SM" +
-             (T::kQInSmem ? ", Q in smem" : ", Q in registers") + ", " + std::to_string(T::kStages) + " stages" +
-             (T::kSchedule == PrefillSchedule::kLazyRescale ? ", lazy rescale"
-              : T::kPipelined                               ? ", pipelined (lazy rescale)"
-                                                            : "");
+        return std::to_string(T::kWarps) + " warps x " + std::to_string(T::kRowsWarp) + " rows (" +
+               std::to_string(T::kRowsQ) + "/block), " + std::to_string(T::kKeys) + " keys/tile, >=" +
+               std::to_string(T::kMinBlocks) + " blocks/SM" + (T::kQInSmem ? ", Q in smem" : ", Q in registers") +
+               ", " + std::to_string(T::kStages) + " stages" +
+               (T::kSchedule == PrefillSchedule::kLazyRescale ? ", lazy rescale"
+                : T::kPipelined                               ? ", pipelined (lazy rescale)"
+                                                              : "");
       }
     }
     return tile_name<D, I + 1>(index);

@@ -50,7 +50,8 @@ struct WgmmaPrefillTile {
   static constexpr uint32_t kTileBytes = 2 * kHalfBytes;    // one K or V tile: a stage of its ring
   static constexpr uint32_t kQGroupBytes = 64 * kD * 2;     // one warpgroup's Q rows
   static constexpr uint32_t kQBytes = kGroups * kQGroupBytes;
-  static constexpr int kSmemBytes = static_cast<int>(kQBytes + 2 * kStages * kTileBytes) + 128 + 1024;  // + mbarriers, alignment
+  // + 128 B of mbarriers, + 1024 to align the base
+  static constexpr int kSmemBytes = static_cast<int>(kQBytes + 2 * kStages * kTileBytes) + 128 + 1024;
 };
 
 __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
@@ -61,7 +62,8 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
 #else
   using T = WgmmaPrefillTile;
   constexpr int D = T::kD;
-  extern __shared__ __align__(1024) unsigned char wgmma_smem[];  // (another name than the mma.sync kernel's 128-aligned one)
+  // (Another name than the mma.sync kernel's 128-aligned array: the two share prefill_attention.cu.)
+  extern __shared__ __align__(1024) unsigned char wgmma_smem[];
   const uint32_t smem = (smem_address(wgmma_smem) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
   const uint32_t kv_smem = smem + T::kQBytes;
@@ -94,7 +96,8 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
         lo = *reinterpret_cast<const float4*>(q_base + r * q_cols + 8 * c);
         hi = *reinterpret_cast<const float4*>(q_base + r * q_cols + 8 * c + 4);
       }
-      const uint32_t at = q_smem + (r / 64) * T::kQGroupBytes + (c / 8) * (T::kQGroupBytes / 2) + sw128_offset(r % 64, c % 8);
+      const uint32_t at =
+          q_smem + (r / 64) * T::kQGroupBytes + (c / 8) * (T::kQGroupBytes / 2) + sw128_offset(r % 64, c % 8);
       asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(pack_bf16x2(lo.x, lo.y)),
                    "r"(pack_bf16x2(lo.z, lo.w)), "r"(pack_bf16x2(hi.x, hi.y)), "r"(pack_bf16x2(hi.z, hi.w))
                    : "memory");
@@ -298,7 +301,8 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
     float* out_row = out_head + static_cast<int64_t>(row) * q_cols;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      *reinterpret_cast<float2*>(out_row + 8 * j + 2 * t) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+      *reinterpret_cast<float2*>(out_row + 8 * j + 2 * t) =
+          make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
     }
   }
 #endif

@@ -11,7 +11,8 @@
 // n-tiles of 4 registers each (g = lane / 4, t = lane % 4):
 //   d[4j + 0], d[4j + 1] = D[16w + g][8j + 2t .. + 1]      d[4j + 2], d[4j + 3] = D[16w + g + 8][8j + 2t .. + 1]
 // A from registers has the mma.sync m16n8k16 A layout per warp (4 x b32, two bf16 each along k):
-//   a0 = A[16w + g][2t .. + 1]  a1 = A[16w + g + 8][2t .. + 1]  a2 = A[16w + g][2t + 8 .. + 9]  a3 = A[16w + g + 8][2t + 8 .. + 9]
+//   a0 = A[16w + g][2t .. + 1]       a1 = A[16w + g + 8][2t .. + 1]
+//   a2 = A[16w + g][2t + 8 .. + 9]   a3 = A[16w + g + 8][2t + 8 .. + 9]
 // so the accumulator's n-tiles 2k and 2k + 1 are, rounded to bf16, the A operand of k-step k.
 //
 // Shared-memory operands, 128-byte swizzle (the only mode used here): an operand is stored in

@@ -343,7 +343,9 @@ TEST(CudaWgmma, DescriptorsAndFragmentsMatchPlainProducts) {
   int major = 0, minor = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
-  if (major != 9 || minor != 0) GTEST_SKIP() << "wgmma runs on compute capability 9.0 only, this is " << major << "." << minor;
+  if (major != 9 || minor != 0) {
+    GTEST_SKIP() << "wgmma runs on compute capability 9.0 only, this is " << major << "." << minor;
+  }
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
   const auto bf16_matrix = [&](int rows, bool non_negative) {
@@ -351,7 +353,9 @@ TEST(CudaWgmma, DescriptorsAndFragmentsMatchPlainProducts) {
     for (auto& x : m) x = quant::bf16_from_f32(non_negative ? std::fabs(normal(rng)) : normal(rng));
     return m;
   };
-  const auto at = [](const std::vector<uint16_t>& m, int r, int c) { return double(quant::f32_from_bf16(m[r * 128 + c])); };
+  const auto at = [](const std::vector<uint16_t>& m, int r, int c) {
+    return double(quant::f32_from_bf16(m[r * 128 + c]));
+  };
   const std::vector<uint16_t> q = bf16_matrix(64, false), k = bf16_matrix(128, false);
   const std::vector<uint16_t> p = bf16_matrix(64, true), v = bf16_matrix(128, false);
   std::vector<double> s_want(64 * 128), o_want(64 * 128);

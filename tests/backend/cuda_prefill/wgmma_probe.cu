@@ -21,8 +21,8 @@ __device__ void stage_rows(uint32_t dst, const uint16_t* src, int rows, uint32_t
   for (int u = static_cast<int>(threadIdx.x); u < rows * 16; u += 128) {
     const int r = u / 16, c = u % 16;
     const uint4 x = *reinterpret_cast<const uint4*>(src + r * 128 + 8 * c);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + (c / 8) * half_bytes + sw128_offset(r, c % 8)),
-                 "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w)
+    const uint32_t at = dst + (c / 8) * half_bytes + sw128_offset(r, c % 8);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w)
                  : "memory");
   }
 }
