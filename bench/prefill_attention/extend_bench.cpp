@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_caps.h"
 #include "backend/cuda/extend_attention.h"
 #include "backend/cuda/prefill_attention.h"
 #include "event_timing.h"
@@ -122,10 +123,11 @@ void run_extend_bench(double gemm_tflops, bool quick, const std::vector<quant::K
                  "({:.0f} TFLOP/s)\n",
                  gemm_tflops);
       fmt::print("prefix GB/s = the cached prefix's bytes / time; parts = the launcher's prefix split "
-                 "(extend_split.h), and where > 1 the same call unsplit beside it\n");
-      fmt::print("  {:>7} {:>6} {:>6} {:>10} {:>8} {:>8} {:>10} {:>8} {:>5} {:>10} {:>14} {:>8}\n", "prefix", "chunk",
-                 "kv", "tc ms", "TFLOP/s", "%cuBLAS", "floor ms", "GB/s", "parts", "unsplit ms", "chunk_attn ms",
-                 "TFLOP/s");
+                 "(extend_split.h), and where > 1 the same call unsplit beside it; where the default is the wgmma "
+                 "kernel (head_dim 128, unsplit, 9.0 device), the mma.sync kernel's time beside it\n");
+      fmt::print("  {:>7} {:>6} {:>6} {:>10} {:>8} {:>8} {:>10} {:>8} {:>5} {:>10} {:>9} {:>8} {:>14} {:>8}\n",
+                 "prefix", "chunk", "kv", "tc ms", "TFLOP/s", "%cuBLAS", "floor ms", "GB/s", "parts", "unsplit ms",
+                 "mma ms", "TFLOP/s", "chunk_attn ms", "TFLOP/s");
       for (const ExtendShape& shape : shapes) {
         for (const quant::KvDtype dtype : formats) {
           const ExtendStep step(shape.prefix, shape.chunk, head_dim, q_heads, dtype, sms, split);
@@ -139,6 +141,14 @@ void run_extend_bench(double gemm_tflops, bool quick, const std::vector<quant::K
             unsplit.prefix_splits = 1;
             unsplit_s = median_seconds([&] { cuda::extend_attention(unsplit, nullptr); });
           }
+          // The mma.sync kernel where the default took the wgmma one (every format but f32).
+          double mma_s = 0.0;
+          const bool time_mma = head_dim == 128 && parts == 1 && dtype != quant::KvDtype::kF32 && cuda::wgmma_runs();
+          if (time_mma) {
+            auto mma = params;
+            mma.kernel = cuda::kExtendKernelMma;
+            mma_s = median_seconds([&] { cuda::extend_attention(mma, nullptr); });
+          }
           // chunk_attention (f32, CUDA cores) only on the smallest shape at head_dim 128: ~10 TFLOP/s
           // makes the others seconds.
           double chunk_s = 0.0;
@@ -148,18 +158,21 @@ void run_extend_bench(double gemm_tflops, bool quick, const std::vector<quant::K
             const auto cp = step.chunk_params();
             chunk_s = median_seconds([&] { cuda::chunk_attention(cp, nullptr); });
           }
-          fmt::print("  {:>7} {:>6} {:>6} {:>10.3f} {:>8.1f} {:>7.1f}% {:>10.3f} {:>8.0f} {:>5} {:>10} {:>14} {:>8}\n",
+          fmt::print("  {:>7} {:>6} {:>6} {:>10.3f} {:>8.1f} {:>7.1f}% {:>10.3f} {:>8.0f} {:>5} {:>10} {:>9} {:>8} {:>14} "
+                     "{:>8}\n",
                      shape.prefix, shape.chunk, quant::kv_dtype_name(dtype), s * 1e3, tflops,
                      100.0 * tflops / gemm_tflops, step.flops() / (gemm_tflops * 1e12) * 1e3,
                      step.prefix_bytes() / s * 1e-9, parts,
                      parts > 1 ? fmt::format("{:.3f}", unsplit_s * 1e3) : std::string("-"),
+                     time_mma ? fmt::format("{:.3f}", mma_s * 1e3) : std::string("-"),
+                     time_mma ? fmt::format("{:.1f}", step.flops() / mma_s * 1e-12) : std::string("-"),
                      time_chunk ? fmt::format("{:.3f}", chunk_s * 1e3) : std::string("-"),
                      time_chunk ? fmt::format("{:.1f}", step.flops() / chunk_s * 1e-12) : std::string("-"));
           json["extend"].push_back({{"head_dim", head_dim}, {"gqa", group}, {"prefix", shape.prefix},
                                     {"chunk", shape.chunk}, {"kv", quant::kv_dtype_name(dtype)}, {"ms", s * 1e3},
                                     {"tflops", tflops}, {"chunk_attention_ms", chunk_s * 1e3},
                                     {"prefix_gbps", step.prefix_bytes() / s * 1e-9}, {"parts", parts},
-                                    {"unsplit_ms", unsplit_s * 1e3}});
+                                    {"unsplit_ms", unsplit_s * 1e3}, {"mma_ms", mma_s * 1e3}});
         }
       }
     }

@@ -93,6 +93,14 @@ bool validate(const ExtendAttentionParams& p) {
   NIBBLE_CHECK(p.prefix_splits >= 0 && p.prefix_splits <= 1024,
                "extend attention: prefix_splits must be in [0, 1024] (0: chosen by the launcher), got {}",
                p.prefix_splits);
+  NIBBLE_CHECK(p.kernel >= kExtendKernelDefault && p.kernel <= kExtendKernelWgmma,
+               "extend attention: kernel must be 0 (default), 1 (mma.sync) or 2 (wgmma), got {}", p.kernel);
+  if (p.kernel == kExtendKernelWgmma) {
+    NIBBLE_CHECK(p.head_dim == 128 && narrow(p.k_layout.format) && narrow(p.v_layout.format) && p.prefix_splits == 1,
+                 "extend attention: the wgmma kernel (kernel 2) takes head_dim 128, an fp8 / nvfp4 / k8v4 cache "
+                 "and prefix_splits 1, got head_dim {}, {} cache, prefix_splits {}",
+                 p.head_dim, quant::elem_format_name(p.k_layout.format), p.prefix_splits);
+  }
   NIBBLE_CHECK(p.split_workspace_bytes >= 0 && !misaligned(p.split_workspace),
                "extend attention: split_workspace must be 16-byte aligned and its size >= 0, got {} bytes",
                p.split_workspace_bytes);

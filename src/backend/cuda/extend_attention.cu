@@ -1,6 +1,7 @@
 // Launch of the tensor-core extend kernel (validation: extend_attention.cpp). head_dim is the one
 // runtime -> template dispatch; the GQA group picks heads_per_block at run time.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_caps.h"
 #include "backend/cuda/extend_attention_tc.cuh"
 #include "backend/cuda/extend_merge.cuh"
 #include "backend/cuda/extend_split.h"
@@ -14,6 +15,7 @@ namespace nibble::cuda::detail {
 
 void check_extend_split(int splits, int64_t work_blocks, int64_t tiles, int64_t merge_groups, int64_t record_bytes,
                         int64_t records, int64_t workspace_bytes);  // extend_attention.cpp
+void launch_extend_wgmma(const ExtendAttentionParams& p, cudaStream_t stream);  // extend_attention_wgmma.cu
 
 namespace {
 
@@ -122,6 +124,16 @@ void launch(const ExtendAttentionParams& p, cudaStream_t stream) {
   }();
   NIBBLE_CUDA_CHECK(attribute_status);
   const ExtendLaunchShape shape = launch_shape<D, kPrefix>(p);
+  if constexpr (D == 128 && kPrefix == ExtendPrefix::kStaged) {
+    // The warpgroup kernel takes unsplit calls of fp8 / nvfp4 / k8v4 caches where it runs
+    // (extend_attention_wgmma.cuh). H200, 2026-12-04, bench_prefill_attention --extend, d128 32 / 8
+    // heads, TFLOP/s wgmma / mma.sync: 8K + 2K fp8 333 / 287, nvfp4 350 / 274, k8v4 352 / 279;
+    // 32K + 8K fp8 350 / 295, nvfp4 366 / 282, k8v4 370 / 288 (PERFORMANCE.md, thirty-eighth round).
+    if (p.kernel == kExtendKernelWgmma || (p.kernel == kExtendKernelDefault && shape.splits == 1 && wgmma_runs())) {
+      if (!device_is_sm90()) throw_unsupported("extend attention", "kernel (the wgmma kernel)", "a 9.0 device", p.kernel);
+      return launch_extend_wgmma(p, stream);
+    }
+  }
   auto* kernel = shape.splits > 1 ? extend_attention_kernel<D, T, kPrefix, true>
                                   : extend_attention_kernel<D, T, kPrefix, false>;
   const dim3 grid(static_cast<unsigned>(p.num_q_heads / shape.heads_per_block), static_cast<unsigned>(p.num_seqs),

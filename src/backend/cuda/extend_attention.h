@@ -1,7 +1,9 @@
 #pragma once
 // Extend (chunked prefill over a cached, quantized prefix) on tensor cores: the chunk's new tokens
 // attend to the prefix read from the paged pool, then causally to their own K/V. mma.sync m16n8k16
-// bf16 -> f32 with the prefill kernel's tile pieces (prefill_tile.cuh) and online softmax.
+// bf16 -> f32 with the prefill kernel's tile pieces (prefill_tile.cuh) and online softmax; at
+// head_dim 128 with an fp8 / nvfp4 / k8v4 cache on Hopper, wgmma (extend_attention_wgmma.cuh, the same
+// contract and precision).
 //
 // Work: the sequences of seq_info with own set and cached_len > 0 (extend); with include_prefill
 // also those with cached_len 0 (prefill: the prefix phase is empty). Every other sequence's rows of
@@ -89,7 +91,15 @@ struct ExtendAttentionParams {
   int num_sms = 0;                // 0: the current device's
   void* split_workspace = nullptr;  // the records above, 16-byte aligned
   int64_t split_workspace_bytes = 0;
+  // Which kernel runs an unsplit call: kExtendKernelDefault picks the warpgroup kernel
+  // (extend_attention_wgmma.cuh: head_dim 128, an fp8 / nvfp4 / k8v4 cache, on a 9.0 device of an
+  // sm_90a build) where it runs, else the mma.sync one; the others force one (tests, benchmarks).
+  int kernel = 0;
 };
+
+inline constexpr int kExtendKernelDefault = 0;
+inline constexpr int kExtendKernelMma = 1;    // mma.sync m16n8k16 (extend_attention_tc.cuh), every case
+inline constexpr int kExtendKernelWgmma = 2;  // wgmma (extend_attention_wgmma.cuh): prefix_splits must be 1
 
 bool extend_attention_supports_head_dim(int64_t head_dim);  // 64, 128, 256
 

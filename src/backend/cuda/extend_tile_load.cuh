@@ -174,6 +174,35 @@ __device__ __forceinline__ __nv_bfloat162 e4m3_scale_bf16x2(uint32_t code) {
   return __float2bfloat162_rn(f);
 }
 
+// Eight E4M3 codes (bytes of a, element 0 lowest) -> eight bf16 (out[i] = elements 2i, 2i + 1), exact.
+__device__ __forceinline__ void e4m3x8_to_bf16x8(uint2 a, uint32_t (&out)[4]) {
+  out[0] = e4m3x2_to_bf16x2(a.x), out[1] = e4m3x2_to_bf16x2(a.x >> 16);
+  out[2] = e4m3x2_to_bf16x2(a.y), out[3] = e4m3x2_to_bf16x2(a.y >> 16);
+}
+
+// Eight E2M1 codes (one word of the cache's packing) under the E4M3 block scale `scale_code` ->
+// eight bf16 (out[i] = elements 2i, 2i + 1), exact.
+__device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t word, uint32_t scale_code, uint32_t (&out)[4]) {
+  // The codes' f16 patterns (code · 2^-14) to bf16 (exact: >= 2^-15), then one bf16x2 multiply by
+  // the block scale · 2^14 per pair: code · scale has <= 6 significant bits and lies in
+  // [2^-10, 2688], so the product is exact in bf16 (no rounding). Pairs come out as elements (0, 2)
+  // (1, 3) (6, 4) (7, 5) (e2m1x8_element) and are regrouped by byte permutes.
+  const __nv_bfloat162 scale = e4m3_scale_bf16x2(scale_code);
+  uint32_t h[4], b[4];
+  e2m1x8_f16x2(word, h);
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[p]));
+    const __nv_bfloat162 v = __hmul2(__floats2bfloat162_rn(f.x, f.y), scale);
+    b[p] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  // b[0] = (e0, e2), b[1] = (e1, e3), b[2] = (e6, e4), b[3] = (e7, e5) -> out[i] = (e2i, e2i+1).
+  out[0] = __byte_perm(b[0], b[1], 0x5410);  // e0, e1
+  out[1] = __byte_perm(b[0], b[1], 0x7632);  // e2, e3
+  out[2] = __byte_perm(b[2], b[3], 0x7632);  // e4, e5
+  out[3] = __byte_perm(b[2], b[3], 0x5410);  // e6, e7
+}
+
 // Staging rows of one part in format F -> bf16 swizzled tile (all threads; 8 elements per unit).
 template <int D, typename T, quant::ElemFormat F>
 __device__ __forceinline__ void convert_units(uint32_t tile, const unsigned char* raw, const unsigned char* scales) {
@@ -192,29 +221,10 @@ __device__ __forceinline__ void convert_units(uint32_t tile, const unsigned char
       const uint4 a = *reinterpret_cast<const uint4*>(raw + r * (2 * D) + 16 * c);
       out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
     } else if constexpr (F == quant::ElemFormat::kFP8) {
-      const uint2 a = *reinterpret_cast<const uint2*>(raw + r * D + 8 * c);
-      out[0] = e4m3x2_to_bf16x2(a.x), out[1] = e4m3x2_to_bf16x2(a.x >> 16);
-      out[2] = e4m3x2_to_bf16x2(a.y), out[3] = e4m3x2_to_bf16x2(a.y >> 16);
+      e4m3x8_to_bf16x8(*reinterpret_cast<const uint2*>(raw + r * D + 8 * c), out);
     } else {
-      // The codes' f16 patterns (code · 2^-14) to bf16 (exact: >= 2^-15), then one bf16x2 multiply
-      // by the block scale · 2^14 per pair: code · scale has <= 6 significant bits and lies in
-      // [2^-10, 2688], so the product is exact in bf16 (no rounding). Pairs come out as elements
-      // (0, 2) (1, 3) (6, 4) (7, 5) (e2m1x8_element) and are regrouped by byte permutes.
-      const uint32_t word = *reinterpret_cast<const uint32_t*>(raw + r * (D / 2) + 4 * c);
-      const __nv_bfloat162 scale = e4m3_scale_bf16x2(scales[r * (D / 16) + c / 2]);
-      uint32_t h[4], b[4];
-      e2m1x8_f16x2(word, h);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[p]));
-        const __nv_bfloat162 v = __hmul2(__floats2bfloat162_rn(f.x, f.y), scale);
-        b[p] = *reinterpret_cast<const uint32_t*>(&v);
-      }
-      // b[0] = (e0, e2), b[1] = (e1, e3), b[2] = (e6, e4), b[3] = (e7, e5) -> out[i] = (e2i, e2i+1).
-      out[0] = __byte_perm(b[0], b[1], 0x5410);  // e0, e1
-      out[1] = __byte_perm(b[0], b[1], 0x7632);  // e2, e3
-      out[2] = __byte_perm(b[2], b[3], 0x7632);  // e4, e5
-      out[3] = __byte_perm(b[2], b[3], 0x5410);  // e6, e7
+      e2m1x8_to_bf16x8(*reinterpret_cast<const uint32_t*>(raw + r * (D / 2) + 4 * c), scales[r * (D / 16) + c / 2],
+                       out);
     }
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swizzled_bytes<D>(r, c)), "r"(out[0]),
                  "r"(out[1]), "r"(out[2]), "r"(out[3])

@@ -2,6 +2,7 @@
 // prefill_attention.cpp). head_dim (and the prefill tile) is the one runtime -> template dispatch,
 // here.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_caps.h"
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/cuda/prefill_attention_tc.cuh"
 #if NIBBLE_CUDA_SM90A
@@ -31,22 +32,6 @@ inline constexpr bool kWgmmaBuilt = true;
 inline constexpr bool kWgmmaBuilt = false;
 struct WgmmaPrefillTile {};  // never in a tile list without sm_90a
 #endif
-
-// The current device is compute capability 9.0 (H100 / H200): the only one the sm_90a kernels run on.
-// Asked once per device and cached.
-[[maybe_unused]] bool device_is_sm90() {
-  static std::array<int8_t, 64> known{};  // 0 unknown, 1 yes, 2 no
-  int device = 0;
-  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= static_cast<int>(known.size())) return false;
-  if (known[device] == 0) {
-    int major = 0, minor = 0;
-    NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    NIBBLE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    known[device] = major == 9 && minor == 0 ? 1 : 2;
-  }
-  return known[device] == 1;
-}
 
 // One prefill kernel of tile configuration T on the (heads, sequences, query tiles) grid.
 using PrefillKernel = void (*)(PrefillAttentionParams, const __nv_bfloat16*, const __nv_bfloat16*);

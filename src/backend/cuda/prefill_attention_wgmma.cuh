@@ -35,23 +35,20 @@
 
 #include "backend/cuda/prefill_attention.h"
 #include "backend/cuda/prefill_mma.cuh"  // cp_async_16, exp2_ftz, pack_bf16x2, smem_address
-#include "backend/cuda/wgmma.cuh"
+#include "backend/cuda/wgmma_attention.cuh"
 
 namespace nibble::cuda::detail {
 
 struct WgmmaPrefillTile {
-  static constexpr int kD = 128;
+  static constexpr int kD = WgmmaAttention::kD;
   static constexpr int kGroups = 2;
   static constexpr int kThreads = 128 * kGroups;
   static constexpr int kRowsQ = 64 * kGroups;
-  static constexpr int kKeys = 128;
-  static constexpr int kStages = 3;
-  static constexpr uint32_t kHalfBytes = kKeys * 128;       // 64 dims of one K or V tile
-  static constexpr uint32_t kTileBytes = 2 * kHalfBytes;    // one K or V tile: a stage of its ring
-  static constexpr uint32_t kQGroupBytes = 64 * kD * 2;     // one warpgroup's Q rows
-  static constexpr uint32_t kQBytes = kGroups * kQGroupBytes;
-  // + 128 B of mbarriers, + 1024 to align the base
-  static constexpr int kSmemBytes = static_cast<int>(kQBytes + 2 * kStages * kTileBytes) + 128 + 1024;
+  static constexpr int kKeys = WgmmaAttention::kKeys;
+  using Ring = WgmmaKvRing<3>;
+  static constexpr uint32_t kQBytes = kGroups * WgmmaAttention::kQGroupBytes;
+  // + the ring's mbarriers, + 1024 to align the base
+  static constexpr int kSmemBytes = static_cast<int>(kQBytes + Ring::kBytes + Ring::kBarrierBytes) + 1024;
 };
 
 __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
@@ -61,12 +58,13 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
   __trap();  // another architecture's copy: wgmma is sm_90a's alone
 #else
   using T = WgmmaPrefillTile;
+  using A = WgmmaAttention;
   constexpr int D = T::kD;
   // (Another name than the mma.sync kernel's 128-aligned array: the two share prefill_attention.cu.)
   extern __shared__ __align__(1024) unsigned char wgmma_smem[];
   const uint32_t smem = (smem_address(wgmma_smem) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
-  const uint32_t kv_smem = smem + T::kQBytes;
+  const T::Ring ring{smem + T::kQBytes, smem + T::kQBytes + T::Ring::kBytes};
 
   const int64_t head = blockIdx.x, seq = blockIdx.y;
   const int64_t q_tile = gridDim.z - 1 - blockIdx.z;
@@ -96,8 +94,7 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
         lo = *reinterpret_cast<const float4*>(q_base + r * q_cols + 8 * c);
         hi = *reinterpret_cast<const float4*>(q_base + r * q_cols + 8 * c + 4);
       }
-      const uint32_t at =
-          q_smem + (r / 64) * T::kQGroupBytes + (c / 8) * (T::kQGroupBytes / 2) + sw128_offset(r % 64, c % 8);
+      const uint32_t at = q_smem + (r / 64) * A::kQGroupBytes + wgmma_piece_offset(r % 64, c, A::kQGroupBytes / 2);
       asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(pack_bf16x2(lo.x, lo.y)),
                    "r"(pack_bf16x2(lo.z, lo.w)), "r"(pack_bf16x2(hi.x, hi.y)), "r"(pack_bf16x2(hi.z, hi.w))
                    : "memory");
@@ -107,9 +104,8 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
   // Keys [0, key_end): the causal bound of the block's last query.
   const int key_end = min(num_new, q0 + T::kRowsQ);
   const int num_tiles = (key_end + T::kKeys - 1) / T::kKeys;
-  // Copies of K or V tile `tile` (src: the workspace's K or V) into its ring's stage.
-  const auto load_tile = [&](const __nv_bfloat16* src_base, uint32_t ring, int tile) {
-    const uint32_t stage = ring + (tile % T::kStages) * T::kTileBytes;
+  // Copies of K or V tile `tile` (src: the workspace's K or V) into `stage`.
+  const auto load_tile = [&](const __nv_bfloat16* src_base, uint32_t stage, int tile) {
 #pragma unroll
     for (int it = 0; it < T::kKeys * 16 / T::kThreads; ++it) {
       const int u = tid + it * T::kThreads;
@@ -117,29 +113,11 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
       const int key = tile * T::kKeys + r;
       const bool valid = key < key_end;
       const __nv_bfloat16* src = src_base + (row0 + (valid ? key : 0)) * kv_cols + kv_head * D + 8 * c;
-      cp_async_16(stage + (c / 8) * T::kHalfBytes + sw128_offset(r, c % 8), src, valid);
+      cp_async_16(stage + wgmma_piece_offset(r, c, A::kHalfBytes), src, valid);
     }
   };
-  const uint32_t k_ring = kv_smem, v_ring = kv_smem + T::kStages * T::kTileBytes;
-  const uint32_t q_group = q_smem + group * T::kQGroupBytes;
-  // mbarriers [full K | full V | empty K | empty V][kStages], 8 bytes each, past the rings. full: every
-  // thread arrives once its copies of the stage's tile have landed (and are fenced for the async
-  // proxy); empty: each warp's lane 0, once its warpgroup's MMAs reading the stage are done.
-  const uint32_t bars = v_ring + T::kStages * T::kTileBytes;
-  const auto full_k = [&](int tile) { return bars + 8 * (tile % T::kStages); };
-  const auto full_v = [&](int tile) { return bars + 8 * (T::kStages + tile % T::kStages); };
-  const auto empty_k = [&](int tile) { return bars + 8 * (2 * T::kStages + tile % T::kStages); };
-  const auto empty_v = [&](int tile) { return bars + 8 * (3 * T::kStages + tile % T::kStages); };
-  const auto use = [](int tile) { return static_cast<uint32_t>(tile / T::kStages) & 1u; };  // phase parity
-  if (tid == 0) {
-#pragma unroll
-    for (int st = 0; st < T::kStages; ++st) {
-      mbarrier_init(full_k(st), T::kThreads);
-      mbarrier_init(full_v(st), T::kThreads);
-      mbarrier_init(empty_k(st), T::kThreads / 32);
-      mbarrier_init(empty_v(st), T::kThreads / 32);
-    }
-  }
+  const uint32_t q_group = q_smem + group * A::kQGroupBytes;
+  if (tid == 0) ring.init(T::kThreads);
   fence_proxy_async_smem();  // Q's stores, for the wgmma reads
   __syncthreads();
 
@@ -151,32 +129,14 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
   const float scale_log2 = p.softmax_scale * kLog2e;
   uint32_t pa[8][4];  // P of the tile whose P V is next, bf16 A fragments (k-step kk: keys 16kk ..)
 
-  // O += P V of tile `tile` (P in pa) once its V is in: V MN-major, 16 keys per k-step (2 groups of 8
-  // rows, SBO apart), the two 64-dim halves LBO apart. Committed as one group.
-  const auto issue_pv = [&](int tile) {
-    mbarrier_wait(full_v(tile), use(tile));
-    const uint32_t v_tile = v_ring + (tile % T::kStages) * T::kTileBytes;
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-      for (int x = 0; x < 4; ++x) asm volatile("" : "+r"(pa[kk][x])::"memory");
-    }
-    wgmma_fence_operands(o);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      wgmma_m64n128k16_rs_mn(o, pa[kk], smem_desc(v_tile + kk * 16 * 128, T::kHalfBytes, 1024));
-    }
-    wgmma_commit();
-  };
   // A tile's copies into its ring, once both warpgroups have released the stage's previous tile.
   const auto load_k = [&](int tile) {
-    if (tile >= T::kStages) mbarrier_wait(empty_k(tile), use(tile) ^ 1u);
-    load_tile(k_bf16, k_ring, tile);
+    ring.wait_k_free(tile);
+    load_tile(k_bf16, ring.k_stage(tile), tile);
   };
   const auto load_v = [&](int tile) {
-    if (tile >= T::kStages) mbarrier_wait(empty_v(tile), use(tile) ^ 1u);
-    load_tile(v_bf16, v_ring, tile);
+    ring.wait_v_free(tile);
+    load_tile(v_bf16, ring.v_stage(tile), tile);
   };
 
   // Commit groups of copies: {K0}, {K1, V0}, then iteration i's {K(i + 2), V(i + 1)} (empty past the
@@ -188,7 +148,7 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
   cp_async_commit();
   cp_async_wait<1>();
   fence_proxy_async_smem();
-  if (num_tiles > 0) mbarrier_arrive(full_k(0));
+  if (num_tiles > 0) mbarrier_arrive(ring.full_k(0));
   // Iteration i issues S_i = Q K_i and then O += P_{i-1} V_{i-1}, and runs the softmax of S_i while
   // the tensor cores still work on P_{i-1} V_{i-1}; O is rescaled to S_i's running max once that is
   // done, and P_i waits for the next iteration. (P_i V_i issued at the end of iteration i instead, the
@@ -202,109 +162,42 @@ __global__ void __launch_bounds__(WgmmaPrefillTile::kThreads, 1)
     cp_async_commit();
     cp_async_wait<1>();
     fence_proxy_async_smem();
-    if (i + 1 < num_tiles) mbarrier_arrive(full_k(i + 1));
-    mbarrier_arrive(full_v(i));
-    mbarrier_wait(full_k(i), use(i));
+    if (i + 1 < num_tiles) mbarrier_arrive(ring.full_k(i + 1));
+    mbarrier_arrive(ring.full_v(i));
 
-    // S = Q K^T (64 rows x 128 keys per warpgroup), S starting from the first k-step (scale-d false).
-    const uint32_t k_tile = k_ring + (i % T::kStages) * T::kTileBytes;
     float s[64];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t q_off = (kk / 4) * (T::kQGroupBytes / 2) + (kk % 4) * 32;
-      const uint32_t k_off = (kk / 4) * T::kHalfBytes + (kk % 4) * 32;
-      wgmma_m64n128k16_ss(s, smem_desc(q_group + q_off, 16, 1024), smem_desc(k_tile + k_off, 16, 1024), kk > 0);
-    }
-    wgmma_commit();
+    ring.wait_k_full(i);
+    wgmma_issue_qk(s, q_group, ring.k_stage(i));
     if (i > 0) {
-      issue_pv(i - 1);
+      ring.wait_v_full(i - 1);
+      wgmma_issue_pv(o, pa, ring.v_stage(i - 1));
       wgmma_wait<1>();  // S_i done; P_{i-1} V_{i-1} may still run
     } else {
       wgmma_wait<0>();
     }
     wgmma_fence_operands(s);
-    if (lane == 0) mbarrier_arrive(empty_k(i));
+    if (lane == 0) mbarrier_arrive(ring.empty_k(i));
 
-    // Causal mask: only the tile that reaches past this warp's first row.
+    // Causal mask: only the tile that reaches past this warp's first row. Key 0 of tile 0 is every
+    // row's, so the running max is finite from the first tile on.
     const int key0 = i * T::kKeys;
-    if (key0 + T::kKeys - 1 > warp_row0) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key0 + 8 * j + 2 * t + e;
-          if (key > warp_row0 + g) s[4 * j + e] = -INFINITY;
-          if (key > warp_row0 + g + 8) s[4 * j + 2 + e] = -INFINITY;
-        }
-      }
-    }
-    // Online softmax per row (r = 0: row g, r = 1: row g + 8); key 0 of tile 0 is every row's, so
-    // the max is finite from the first tile on.
+    if (key0 + T::kKeys - 1 > warp_row0) wgmma_causal_mask(s, key0, warp_row0 + g, t);
     float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx * scale_log2);
-      correction[r] = exp2_ftz(m[r] - m_new);  // 0 on the first tile (m = -inf)
-      m[r] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[4 * j + 2 * r + e] = exp2_ftz(fmaf(s[4 * j + 2 * r + e], scale_log2, -m_new));
-          sum += s[4 * j + 2 * r + e];
-        }
-      }
-      l[r] = l[r] * correction[r] + sum;
-    }
+    wgmma_softmax(s, m, l, correction, scale_log2);
     // P_{i-1} V_{i-1} done: its V's stage is free.
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    if (i > 0 && lane == 0) mbarrier_arrive(empty_v(i - 1));
-    // O to S_i's reference; P_i into pa.
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        o[4 * j + 2 * r] *= correction[r];
-        o[4 * j + 2 * r + 1] *= correction[r];
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      pa[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-    }
+    if (i > 0 && lane == 0) mbarrier_arrive(ring.empty_v(i - 1));
+    wgmma_rescale_pack(o, correction, s, pa);
   }
-  if (num_tiles > 0) issue_pv(num_tiles - 1);
+  if (num_tiles > 0) {
+    ring.wait_v_full(num_tiles - 1);
+    wgmma_issue_pv(o, pa, ring.v_stage(num_tiles - 1));
+  }
   wgmma_wait<0>();
   wgmma_fence_operands(o);
 
-  // O / l for rows g, g + 8 (rows past the sequence are not stored).
-  float* out_head = p.out + row0 * q_cols + head * D;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = l[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = warp_row0 + g + 8 * r;
-    if (row >= num_new) continue;
-    const float inv = 1.0f / sum;
-    float* out_row = out_head + static_cast<int64_t>(row) * q_cols;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      *reinterpret_cast<float2*>(out_row + 8 * j + 2 * t) =
-          make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    }
-  }
+  wgmma_store_rows(o, l, p.out + row0 * q_cols + head * D, q_cols, warp_row0 + g, num_new, t);
 #endif
 }
 

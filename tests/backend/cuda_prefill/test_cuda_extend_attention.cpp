@@ -30,6 +30,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_step.h"
+#include "backend/cuda/device_caps.h"
 #include "backend/cuda/extend_attention.h"
 #include "backend/cuda/extend_split.h"
 #include "backend/cuda/prefill_attention.h"
@@ -70,6 +71,9 @@ struct Case {
   // ExtendAttentionParams::prefix_splits: 1 = none (the default here), n > 1 forced, 0 the
   // launcher's choice from the hints (the engine's).
   int prefix_splits = 1;
+  // ExtendAttentionParams::kernel: 0 the launcher's choice (the wgmma kernel at head_dim 128 on a
+  // 9.0 device, unsplit), 1 mma.sync, 2 wgmma.
+  int kernel = cuda::kExtendKernelDefault;
   // Also run the step through the seam (CudaBackend::attention, bf16 weights: the engine's path,
   // with the split hints the backend derives from the plan and its own split workspace).
   bool seam = false;
@@ -86,6 +90,7 @@ std::string describe(const Case& c) {
                   std::to_string(c.kv_heads) + " page " + std::to_string(c.page_size) + " seqs";
   for (const SeqSpec& s : c.seqs) d += " " + std::to_string(s.prefix) + "+" + std::to_string(s.len);
   if (c.prefix_splits != 1) d += " parts " + std::to_string(c.prefix_splits);
+  if (c.kernel != cuda::kExtendKernelDefault) d += c.kernel == cuda::kExtendKernelMma ? " mma.sync" : " wgmma";
   return d;
 }
 
@@ -213,7 +218,8 @@ class CudaExtendAttention : public ::testing::Test {
                                              .prefix_splits = c.prefix_splits,
                                              .num_sms = num_sms,
                                              .split_workspace = dsplit.as<uint8_t>(),
-                                             .split_workspace_bytes = split_bytes};
+                                             .split_workspace_bytes = split_bytes,
+                                             .kernel = c.kernel};
     cuda::extend_attention(params, nullptr);
     // Again with the copy already filled (the engine's step after a prefill call) and k, v NaN: they
     // must not be read, and the output must be the same bits.
@@ -316,25 +322,46 @@ constexpr KvDtype kDtypes[] = {KvDtype::kF32, KvDtype::kBF16, KvDtype::kFP8, KvD
 
 class CudaExtendSweep : public CudaExtendAttention, public ::testing::WithParamInterface<int64_t> {};
 
+// The kernels a head_dim runs: at 128 both mma.sync and, where it runs, wgmma (each forced, so that
+// neither is left untested by the launcher's choice); one kernel (the default) elsewhere.
+std::vector<int> kernels_at(int64_t head_dim) {
+  if (head_dim != 128) return {cuda::kExtendKernelDefault};
+  if (!cuda::wgmma_runs()) {
+    std::printf("  [the wgmma extend kernel does not run here (no sm_90a build or not a 9.0 device): "
+                "mma.sync only]\n");
+    return {cuda::kExtendKernelMma};
+  }
+  return {cuda::kExtendKernelMma, cuda::kExtendKernelWgmma};
+}
+
+// The kernel a case of this format can be forced onto: wgmma takes the fp8 / nvfp4 / k8v4 caches.
+int kernel_for(int kernel, KvDtype dtype) {
+  const bool quantized = dtype == KvDtype::kFP8 || dtype == KvDtype::kNVFP4 || dtype == KvDtype::kK8V4;
+  return kernel == cuda::kExtendKernelWgmma && !quantized ? cuda::kExtendKernelMma : kernel;
+}
+
 // Every format ± rotation × GQA 1/4/8 × page sizes, one mixed step each (prefill, extends with odd and
-// page-unaligned prefixes, a decode sequence).
+// page-unaligned prefixes, a decode sequence), on each kernel of the head_dim.
 TEST_P(CudaExtendSweep, MixedStepsMatchCpuAndChunkAttention) {
   const int64_t head_dim = GetParam();
   const std::vector<SeqSpec> seqs{{.prefix = 0, .len = 1},    {.prefix = 1, .len = 17},   {.prefix = 33, .len = 256},
                                   {.prefix = 100, .len = 2},  {.prefix = 50, .len = 1},   {.prefix = 257, .len = 129},
                                   {.prefix = 0, .len = 65}};
-  int variant = 0;
-  for (const KvDtype dtype : kDtypes) {
-    for (const Rotation rotation : {Rotation::kNone, Rotation::kHadamard}) {
-      for (const auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {16, 2}}) {
-        const int64_t page_size = std::vector<int64_t>{16, 5, 64}[static_cast<size_t>(variant++ % 3)];
-        check({.dtype = dtype,
-               .rotation = rotation,
-               .head_dim = head_dim,
-               .heads = heads,
-               .kv_heads = kv_heads,
-               .page_size = page_size,
-               .seqs = seqs});
+  for (const int kernel : kernels_at(head_dim)) {
+    int variant = 0;
+    for (const KvDtype dtype : kDtypes) {
+      for (const Rotation rotation : {Rotation::kNone, Rotation::kHadamard}) {
+        for (const auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {16, 2}}) {
+          const int64_t page_size = std::vector<int64_t>{16, 5, 64}[static_cast<size_t>(variant++ % 3)];
+          check({.dtype = dtype,
+                 .rotation = rotation,
+                 .head_dim = head_dim,
+                 .heads = heads,
+                 .kv_heads = kv_heads,
+                 .page_size = page_size,
+                 .seqs = seqs,
+                 .kernel = kernel_for(kernel, dtype)});
+        }
       }
     }
   }
@@ -351,6 +378,15 @@ TEST_F(CudaExtendAttention, SmallStepsForSanitizers) {
   const std::vector<SeqSpec> seqs{{.prefix = 0, .len = 3}, {.prefix = 37, .len = 70}, {.prefix = 9, .len = 1},
                                   {.prefix = 130, .len = 5}};
   for (const int64_t head_dim : {64, 128, 256}) {
+    for (const int kernel : kernels_at(head_dim)) {
+      if (kernel == cuda::kExtendKernelDefault) continue;
+      // Five prefix tiles: every raw stage of the wgmma kernel's converted prefix reused.
+      const std::vector<SeqSpec> longer{{.prefix = 600, .len = 130}, {.prefix = 0, .len = 3}, {.prefix = 9, .len = 1}};
+      check({.dtype = KvDtype::kNVFP4, .rotation = Rotation::kHadamard, .head_dim = head_dim, .heads = 8,
+             .kv_heads = 2, .page_size = 5, .seqs = longer, .kernel = kernel});
+      check({.dtype = KvDtype::kK8V4, .head_dim = head_dim, .heads = 2, .kv_heads = 2, .seqs = longer, .kernel = kernel});
+      check({.dtype = KvDtype::kFP8, .head_dim = head_dim, .heads = 8, .kv_heads = 2, .seqs = seqs, .kernel = kernel});
+    }
     check({.dtype = KvDtype::kNVFP4, .rotation = Rotation::kHadamard, .head_dim = head_dim, .heads = 8,
            .kv_heads = 2, .page_size = 5, .seqs = seqs});
     check({.dtype = KvDtype::kNVFP4, .rotation = Rotation::kHadamard, .head_dim = head_dim, .heads = 8,
@@ -456,6 +492,22 @@ TEST_F(CudaExtendAttention, LongPrefixesMatchCpu) {
          .kv_heads = 2,
          .page_size = 64,
          .seqs = {{.prefix = 16000, .len = 300}, {.prefix = 4097, .len = 1000}},
+         .v_offset = 0.5f});
+  // head_dim 128 on the default kernel (wgmma on a 9.0 device): fp8 with one head per KV head (128
+  // tokens of one head per block), k8v4 with a GQA group of 8 and a long own phase.
+  check({.dtype = KvDtype::kFP8,
+         .head_dim = 128,
+         .heads = 4,
+         .kv_heads = 4,
+         .page_size = 64,
+         .seqs = {{.prefix = 8191, .len = 700}},
+         .v_offset = 0.5f});
+  check({.dtype = KvDtype::kK8V4,
+         .rotation = Rotation::kHadamard,
+         .head_dim = 128,
+         .heads = 8,
+         .kv_heads = 1,
+         .seqs = {{.prefix = 5000, .len = 2048}},
          .v_offset = 0.5f});
   check({.dtype = KvDtype::kK8V4,
          .head_dim = 64,
@@ -598,6 +650,14 @@ TEST(CudaExtendAttentionValidation, BadArgumentsAreErrorsNamingTheProblem) {
   p = good;
   p.prefix_splits = -1;
   expect_error(p, "prefix_splits must be in [0, 1024]");
+  p = good;
+  p.kernel = 3;
+  expect_error(p, "kernel must be 0 (default), 1 (mma.sync) or 2 (wgmma), got 3");
+  p = good;
+  p.kernel = cuda::kExtendKernelWgmma;
+  p.prefix_splits = 2;
+  expect_error(p, "the wgmma kernel (kernel 2) takes head_dim 128, an fp8 / nvfp4 / k8v4 cache and "
+                  "prefix_splits 1, got head_dim 128, nvfp4 cache, prefix_splits 2");
   p = good;
   p.max_prefix_tokens = -5;
   expect_error(p, "max_prefix_tokens -5");
