@@ -13,7 +13,9 @@
 #   NIBBLE_EXTEND_ARGS=" "               # the extend section's (default --quick; a space: every shape)
 #   NIBBLE_SKIP_SANITIZER=1 NIBBLE_SKIP_TESTS=1   # timing-only runs
 #   NIBBLE_SKIP_BENCH=1                  # correctness only (e.g. while something else uses the GPU)
-#   TEST_TIMEOUT=600                     # seconds per test binary (prebuilt runs)
+#   TEST_TIMEOUT=300                     # seconds per test binary (prebuilt runs)
+#   SANITIZER_TIMEOUT=300 BENCH_TIMEOUT=540   # seconds per sanitizer run / benchmark program: a kernel
+#                                        # that hangs ends as a named failure, not the device call's limit
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-/tmp/out}"
@@ -92,7 +94,7 @@ elif [[ -n "${NIBBLE_PREBUILT:-}" ]]; then
   mapfile -t tests < "$PRE/tests.txt"
   for ((i = 0; i < ${#tests[@]}; i += ${CTEST_JOBS:-1})); do
     for t in "${tests[@]:i:${CTEST_JOBS:-1}}"; do
-      (timeout "${TEST_TIMEOUT:-600}" "$PRE/bin/$t" --gtest_brief=1 > "$OUT/$t.log" 2>&1; echo "rc $?" >> "$OUT/$t.log") &
+      (timeout "${TEST_TIMEOUT:-300}" "$PRE/bin/$t" --gtest_brief=1 > "$OUT/$t.log" 2>&1; echo "rc $?" >> "$OUT/$t.log") &
     done
     wait
   done
@@ -115,7 +117,7 @@ grep -c "Skipped" "$OUT/ctest_gpu.log" | xargs -I{} echo "[gpu_check] skipped te
 if [[ -n "${NIBBLE_SKIP_BENCH:-}" ]]; then
   log "benchmarks skipped (NIBBLE_SKIP_BENCH)"
 else
-  "$BIN_DECODE_BENCH" ${NIBBLE_BENCH_ARGS:-} --json "$OUT/bench_decode_attention.json" \
+  timeout "${BENCH_TIMEOUT:-540}" "$BIN_DECODE_BENCH" ${NIBBLE_BENCH_ARGS:-} --json "$OUT/bench_decode_attention.json" \
     > "$OUT/bench_decode_attention.txt" 2>&1 || { status=1; log "bench_decode_attention FAILED"; }
   log "bench: $OUT/bench_decode_attention.txt"
   if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
@@ -134,33 +136,33 @@ small_prefill='CudaPrefillAttention.ClimbingScoresRescaleMidSequence'  # every t
 for tool in memcheck racecheck; do
   [[ -n "${NIBBLE_SKIP_SANITIZER:-}" ]] && break
   ok=1
-  "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_DECODE_TEST" \
+  timeout "${SANITIZER_TIMEOUT:-300}" "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_DECODE_TEST" \
     --gtest_filter="$small_decode" > "$OUT/sanitizer_${tool}_decode.log" 2>&1 || ok=0
-  "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_WRITE_TEST" \
+  timeout "${SANITIZER_TIMEOUT:-300}" "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_WRITE_TEST" \
     --gtest_filter="$small_write" > "$OUT/sanitizer_${tool}_write.log" 2>&1 || ok=0
   if [[ -x "$BIN_EXTEND_TEST" ]]; then
-    "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_EXTEND_TEST" \
+    timeout "${SANITIZER_TIMEOUT:-300}" "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_EXTEND_TEST" \
       --gtest_filter="$small_extend" > "$OUT/sanitizer_${tool}_extend.log" 2>&1 || ok=0
   fi
   if [[ -x "$BIN_PREFILL_TEST" ]]; then
-    "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_PREFILL_TEST" \
+    timeout "${SANITIZER_TIMEOUT:-300}" "$SAN" --tool "$tool" --error-exitcode 99 "$BIN_PREFILL_TEST" \
       --gtest_filter="$small_prefill" > "$OUT/sanitizer_${tool}_prefill.log" 2>&1 || ok=0
   fi
   if [[ $ok == 1 ]]; then log "compute-sanitizer $tool: clean"; else status=1; log "compute-sanitizer $tool: ERRORS (see sanitizer_${tool}_*.log)"; fi
 done
 
 if [[ -z "${NIBBLE_SKIP_BENCH:-}" && -x "$BIN_PREFILL_BENCH" ]]; then
-  "$BIN_PREFILL_BENCH" ${NIBBLE_PREFILL_ARGS:-} > "$OUT/bench_prefill_attention.txt" 2>&1 \
+  timeout "${BENCH_TIMEOUT:-540}" "$BIN_PREFILL_BENCH" ${NIBBLE_PREFILL_ARGS:-} > "$OUT/bench_prefill_attention.txt" 2>&1 \
     || { status=1; log "bench_prefill_attention FAILED"; }
   log "bench: $OUT/bench_prefill_attention.txt"
   # Extend attention (a chunk over a cached prefix, every prefix format), the same program.
-  "$BIN_PREFILL_BENCH" --extend ${NIBBLE_EXTEND_ARGS:---quick} > "$OUT/bench_extend_attention.txt" 2>&1 \
+  timeout "${BENCH_TIMEOUT:-540}" "$BIN_PREFILL_BENCH" --extend ${NIBBLE_EXTEND_ARGS:---quick} > "$OUT/bench_extend_attention.txt" 2>&1 \
     || { status=1; log "bench_prefill_attention --extend FAILED"; }
   log "bench: $OUT/bench_extend_attention.txt"
 fi
 # Batch-1 decode of a Llama-3-8B-shaped model (random bf16 weights, ~16 GB on the GPU), graphs on/off.
 if [[ -z "${NIBBLE_SKIP_BENCH:-}" ]]; then
-  "$BIN_MODEL_BENCH" ${NIBBLE_MODEL_BENCH_ARGS:-} > "$OUT/bench_model_decode.txt" 2>&1 \
+  timeout "${BENCH_TIMEOUT:-540}" "$BIN_MODEL_BENCH" ${NIBBLE_MODEL_BENCH_ARGS:-} > "$OUT/bench_model_decode.txt" 2>&1 \
     || { status=1; log "bench_model_decode FAILED"; }
   log "bench: $OUT/bench_model_decode.txt"
 fi
