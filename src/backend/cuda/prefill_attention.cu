@@ -10,7 +10,6 @@
 #endif
 
 #include <algorithm>
-#include <array>
 #include <string>
 #include <tuple>
 #include <type_traits>
