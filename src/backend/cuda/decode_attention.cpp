@@ -50,7 +50,7 @@ std::array<DecodeLongItemBuild, kDecodeLongItemBuilds> decode_long_item_builds(q
   auto build = [&](int warps, int64_t many_waves_tokens) {
     return DecodeLongItemBuild{
         .warps = warps,
-        .blocks_per_sm = detail::tc_geometry(k_format, v_format, hd, warps).blocks_per_sm,
+        .blocks_per_sm = detail::tc_geometry(k_format, v_format, hd, warps, steps).blocks_per_sm,
         .item_granule_multiple = std::max<int64_t>(1, warps * detail::kTcChunk * steps / kDecodeSplitGranule),
         .many_waves_tokens = many_waves_tokens};
   };

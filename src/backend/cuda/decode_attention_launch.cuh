@@ -54,7 +54,7 @@ inline constexpr int kTcBlockSmem = T::kSmemBytes + (kItems == TcItems::kPair ? 
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks, bool kOneP, int kWarps,
           TcItems kItems>
 auto* decode_tc_kernel() {
-  using T = TcTraits<KF, VF, kHeadDim, kWarps>;
+  using T = TcTraits<KF, VF, kHeadDim, kWarps, kSteps>;
   auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks, kOneP, kWarps, kItems>;
   static std::once_flag smem_raised;  // one per instantiation
   std::call_once(smem_raised, [&] {
@@ -68,7 +68,7 @@ auto* decode_tc_kernel() {
 template <quant::ElemFormat KF, quant::ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks, bool kOneP, int kWarps,
           TcItems kItems>
 void launch_decode_tc_build(const DecodeKernelArgs& args, int max_blocks_per_sm, dim3 grid, cudaStream_t stream) {
-  using T = TcTraits<KF, VF, kHeadDim, kWarps>;
+  using T = TcTraits<KF, VF, kHeadDim, kWarps, kSteps>;
   auto* kernel = decode_tc_kernel<KF, VF, kHeadDim, kSteps, kFewBlocks, kOneP, kWarps, kItems>();
   const int smem = spread_smem_bytes(kTcBlockSmem<T, kHeadDim, kItems>, max_blocks_per_sm);
   // Programmatic dependent launch: the blocks may be scheduled while the previous kernel of the
@@ -186,7 +186,7 @@ int decode_tc_pair_clusters_of() {
   static int clusters = -1;
   static std::once_flag queried;
   std::call_once(queried, [] {
-    using T = TcTraits<KF, VF, kHeadDim, kWarps>;
+    using T = TcTraits<KF, VF, kHeadDim, kWarps, 2>;  // the pair builds' 32-token steps
     auto* kernel = &decode_attention_tc_kernel<KF, VF, kHeadDim, 2, false, kOneP, kWarps, TcItems::kPair>;
     cudaLaunchAttribute attribute[2];
     const cudaLaunchConfig_t config =

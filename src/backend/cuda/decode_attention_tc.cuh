@@ -110,7 +110,7 @@ using quant::ElemFormat;
 // two items of a sequence in the two blocks of a cluster, merged there (kPair, decode_pair_merge.cuh).
 template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kSteps, bool kFewBlocks = false, bool kOneP = false,
           int kWarps = kTcWarps, TcItems kItems = TcItems::kOne>
-__global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kHeadDim, kWarps>::kMinBlocks
+__global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kHeadDim, kWarps, kSteps>::kMinBlocks
                                                 : kWarps == kTcWarps ? kTcFewBlocksPerSm : 1)
     decode_attention_tc_kernel(DecodeKernelArgs a) {
   static_assert(kWarps == kTcWarps || ((kWarps == kTcWideWarps || kWarps == kTcSmWarps) && kSteps == 2 && !kFewBlocks) ||
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(32 * kWarps, !kFewBlocks ? TcTraits<KF, VF, kH
   constexpr bool kUnits = kItems == TcItems::kUnits;
   constexpr bool kPair = kItems == TcItems::kPair;
   constexpr int kThreads = 32 * kWarps;
-  using T = TcTraits<KF, VF, kHeadDim, kWarps>;
+  using T = TcTraits<KF, VF, kHeadDim, kWarps, kSteps>;
   constexpr int kOT = T::kNTiles / 2;  // O^T accumulator tiles (pv_pair)
   static_assert(kSteps == 1 || kSteps == 2, "1 or 2 chunks per step");
   static_assert(T::kStages > kSteps, "the ring must hold a step plus at least one chunk in flight");

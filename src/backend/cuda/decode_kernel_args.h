@@ -55,14 +55,21 @@ inline constexpr int kTcWarps = 4;                 // warps per block; each stre
 inline constexpr int kTcThreads = 32 * kTcWarps;
 inline constexpr int kTcChunk = 16;                // tokens per warp step (one PV k-step, two QK n-tiles)
 inline constexpr int kTcStageBudget = 12288;       // bytes of cp.async stages per warp (>= 2 stages)
-// The same for the long-item builds' wider blocks (kTcWideWarps, kTcSmWarps: nvfp4 only): 4 stages of
-// 2304 bytes at head_dim 128 (2 chunks in flight beside a 32-token step), 8 of 1152 at head_dim 64 as
-// before. Fewer bytes in flight made those blocks faster: H200, 2026-12-04, graph replays, nvfp4 us,
-// 5 -> 4 stages, two H200s: GQA 4 8 x 32K 76.3 -> 74.2-74.3 (nvfp4 / fp8 0.599-0.602 -> 0.583-0.585)
-// and 79.1 -> 76.4-76.5 (0.612-0.614 -> 0.592-0.594), 8 x 128K 276.4-277.1 -> 268.9-269.6 and 289.0
-// -> 278.7-278.9, 8 x 64K 149.2-149.9 -> 143.7-143.8, 32 x 32K (8 warps) 284.4-285.0 -> 276.8-277.7,
-// 32 x 128K 1100 -> 1077-1079; 6 stages slower (8 x 32K 77.7 -> 79.1). PERFORMANCE.md, thirty-ninth round.
-inline constexpr int kTcWideStageBudget = 9216;
+// nvfp4's wider blocks (kTcWideWarps, kTcSmWarps) size their rings otherwise (tc_geometry):
+//  - the long-item builds (32-token steps) keep kTcWideInFlightBytes per warp in flight beside their
+//    step: 2 chunks at head_dim 128 (4 stages of 2304 bytes), 4 at head_dim 64 (6 of 1152). Fewer
+//    bytes in flight made them faster: H200, 2026-12-04, graph replays, nvfp4 us, 5 -> 4 stages at
+//    head_dim 128 on three H200s: GQA 4 8 x 32K 76.3 -> 74.2-74.3 (nvfp4 / fp8 0.599-0.602 ->
+//    0.583-0.585), 79.1 -> 76.4-76.5 (0.612-0.614 -> 0.592-0.594) and 78.2-78.4 -> 75.5-75.7, 8 x 128K
+//    -3.5%, 32 x 32K (8 warps) 285 -> 277; 6 stages slower (8 x 32K 77.7 -> 79.1), and not the L1's
+//    size (a forced carveout measured the same); 8 -> 6 stages at head_dim 64: 8 x 32K 44.9 -> 44.3-44.4,
+//    32 x 32K 165.3-167.1 -> 162.9-163.2. PERFORMANCE.md, thirty-ninth round.
+//  - the short-item build (16-token steps, 1-4 chunks per warp and a joined tail) at most
+//    kTcShortItemStages, which hold a whole item: at head_dim 64, 8 -> 6 measured 2 x 64 tokens 4.0 ->
+//    3.8 us (nvfp4 / fp8 1.05 -> 1.00), 1 x 1K 6.6-6.7 -> 6.3 (same day); at head_dim 128 it keeps 5
+//    (4 measured 0.1-0.2 us slower at 1 x 4K).
+inline constexpr int kTcWideInFlightBytes = 4608;
+inline constexpr int kTcShortItemStages = 6;
 inline constexpr int kSmemPerSm = 233472;          // H100/H200: 228 KiB per SM
 inline constexpr int kSmemReservedPerBlock = 1024;
 
@@ -100,10 +107,16 @@ struct TcGeometry {
 inline constexpr int kTcWideWarps = 8;   // 2 blocks per SM
 inline constexpr int kTcSmWarps = 16;    // 1 block per SM: the register file at 128 per thread
 
-constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim, int warps = kTcWarps) {
+// steps: 16-token chunks per warp step of the build (tc_steps; the short-item build's 1).
+constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int head_dim, int warps = kTcWarps,
+                                 int steps = 1) {
   const int stage = kTcChunk * static_cast<int>(quant::data_bytes(kf, head_dim) + quant::scale_bytes(kf, head_dim) +
                                                 quant::data_bytes(vf, head_dim) + quant::scale_bytes(vf, head_dim));
-  int stages = (warps > kTcWarps ? kTcWideStageBudget : kTcStageBudget) / stage;
+  int stages = kTcStageBudget / stage;
+  if (warps > kTcWarps) {  // nvfp4's wider blocks (above)
+    const int short_item_stages = stages < kTcShortItemStages ? stages : kTcShortItemStages;
+    stages = steps > 1 ? steps + kTcWideInFlightBytes / stage : short_item_stages;
+  }
   stages = stages < 2 ? 2 : (stages > 8 ? 8 : stages);
   const int qfrag = (head_dim / 16) * 32 * 16;         // [k-steps][32 lanes] uint4
   const int stats = 2 * warps * 8 * 4;              // m and l per warp and head
@@ -130,7 +143,7 @@ constexpr TcGeometry tc_geometry(quant::ElemFormat kf, quant::ElemFormat vf, int
 // 486 us at 32 x 32K, 3-5% at every benchmarked shape; the 4-warp build's ring of 5 stages keeps 3
 // chunks in flight during a step; 4 stages, 2 in flight, measured 3% slower there on 2026-12-01: 32 x
 // 32K 313 -> 324 us (the long-item builds of 8 and 16 warps gained from 4 on 2026-12-04:
-// kTcWideStageBudget);
+// kTcWideInFlightBytes);
 // 6 stages (a 13824-byte budget) too, with the 8- and 16-warp long-item builds: 32 x 32K 296.4 ->
 // 303.4, 8 x 128K 292.0 -> 299.1, 8 x 32K 83.5 -> 85.8, 4K x 128 161 -> 197 on 4-warp blocks),
 // 1 elsewhere (too few stages, or not measured). head_dim 64 (8 stages of 1152 bytes) took them, with

@@ -12,7 +12,8 @@ namespace nibble::cuda::detail {
 
 using quant::ElemFormat;
 
-template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kWarps = kTcWarps>
+// kSteps: 16-token chunks per warp step (the kernel's; tc_geometry sizes the wider blocks' rings by it).
+template <ElemFormat KF, ElemFormat VF, int kHeadDim, int kWarps = kTcWarps, int kSteps = 1>
 struct TcTraits {
   static constexpr int kKRow = static_cast<int>(quant::data_bytes(KF, kHeadDim));
   static constexpr int kKScaleRow = static_cast<int>(quant::scale_bytes(KF, kHeadDim));
@@ -22,7 +23,7 @@ struct TcTraits {
   static constexpr int kKScaleBytes = kTcChunk * kKScaleRow;
   static constexpr int kVBytes = kTcChunk * kVRow;
   static constexpr int kVScaleBytes = kTcChunk * kVScaleRow;
-  static constexpr TcGeometry kGeo = tc_geometry(KF, VF, kHeadDim, kWarps);
+  static constexpr TcGeometry kGeo = tc_geometry(KF, VF, kHeadDim, kWarps, kSteps);
   static constexpr int kStageBytes = kGeo.stage_bytes;
   static constexpr int kStages = kGeo.stages;
   static constexpr int kSmemBytes = kGeo.smem_bytes;
