@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/decode_attention.h"  // decode_item_granules
-#include "backend/cuda/decode_kernel_args.h"  // spread_smem_bytes
+#include "backend/cuda/decode_kernel_args.h"  // spread_smem_bytes, tc_geometry
 #include "backend/cuda/decode_plan.h"
 #include "common/error.h"
 
@@ -720,6 +720,52 @@ TEST(DecodeSpreadLaunch, SharedMemoryLetsAtMostThatManyBlocksShareAnSm) {
   }
   // One block per SM is within the opt-in limit of one block on the H100/H200 (227 KiB).
   EXPECT_LE(spread_smem_bytes(0, 1), 227 * 1024);
+}
+
+// The tensor-core decode kernel's rings (tc_geometry, shared by the kernel and the host): the stage
+// counts the H200 measurements chose (decode_kernel_args.h; PERFORMANCE.md, thirty-ninth round) and
+// what each build's shared memory then holds.
+TEST(DecodeTcGeometry, RingsHoldTheMeasuredStages) {
+  using detail::tc_geometry;
+  using quant::ElemFormat;
+  constexpr ElemFormat kNv = ElemFormat::kNVFP4;
+  struct Case {
+    ElemFormat k, v;
+    int head_dim, warps, steps, stages, stage_bytes, blocks_per_sm;
+  };
+  const Case cases[] = {
+      // 4-warp builds: 12 KiB of stages per warp.
+      {ElemFormat::kBF16, ElemFormat::kBF16, 128, 4, 1, 2, 8192, 3},
+      {ElemFormat::kFP8, ElemFormat::kFP8, 128, 4, 1, 3, 4096, 4},
+      {ElemFormat::kFP8, kNv, 128, 4, 1, 3, 3200, 4},  // k8v4
+      {kNv, kNv, 128, 4, 2, 5, 2304, 4},
+      {kNv, kNv, 64, 4, 2, 8, 1152, 4},
+      // nvfp4's long-item builds: 4.5 KiB in flight per warp beside a 32-token step.
+      {kNv, kNv, 128, detail::kTcWideWarps, 2, 4, 2304, 2},
+      {kNv, kNv, 128, detail::kTcSmWarps, 2, 4, 2304, 1},
+      {kNv, kNv, 64, detail::kTcWideWarps, 2, 6, 1152, 2},
+      {kNv, kNv, 64, detail::kTcSmWarps, 2, 6, 1152, 1},
+      // The short-item build (8 warps, 16-token steps): at most 6 stages.
+      {kNv, kNv, 128, detail::kTcWideWarps, 1, 5, 2304, 2},
+      {kNv, kNv, 64, detail::kTcWideWarps, 1, 6, 1152, 2},
+  };
+  for (const Case& c : cases) {
+    const detail::TcGeometry geo = tc_geometry(c.k, c.v, c.head_dim, c.warps, c.steps);
+    const std::string what = std::string(quant::elem_format_name(c.k)) + "/" + quant::elem_format_name(c.v) +
+                             " d" + std::to_string(c.head_dim) + " " + std::to_string(c.warps) + " warps, " +
+                             std::to_string(c.steps) + " chunks per step";
+    EXPECT_EQ(geo.stage_bytes, c.stage_bytes) << what;
+    EXPECT_EQ(geo.stages, c.stages) << what;
+    EXPECT_GT(geo.stages, c.steps) << what;  // a step plus at least one chunk in flight
+    EXPECT_EQ(geo.blocks_per_sm, c.blocks_per_sm) << what;
+    // The stages (or, aliasing them at the end, the warps' [8][D] f32 reduction), the Q fragments and
+    // the (m, l) pairs; a cluster pair's inbox ([4][D] + 8 floats) on top still fits one block's
+    // opt-in limit (227 KiB on the H100 / H200), and the blocks the geometry counts fit the SM.
+    const int stages = c.warps * c.stages * c.stage_bytes, red = c.warps * 8 * c.head_dim * 4;
+    EXPECT_EQ(geo.smem_bytes, c.head_dim / 16 * 32 * 16 + 2 * c.warps * 8 * 4 + std::max(stages, red)) << what;
+    EXPECT_LE(geo.smem_bytes + (4 * c.head_dim + 8) * 4, 227 * 1024) << what;
+    EXPECT_LE(geo.blocks_per_sm * (geo.smem_bytes + detail::kSmemReservedPerBlock), detail::kSmemPerSm) << what;
+  }
 }
 
 }  // namespace
